@@ -1,0 +1,185 @@
+"""What the two training scripts share: flags, logging, data preparation,
+error reporting and the end-of-run report. The scripts themselves show only
+what differs between one process and DDP."""
+import argparse
+from dataclasses import dataclass
+import json
+import logging
+from pathlib import Path
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+
+from .checkpoint import atomic_write_json, ensure_writable_dir, save_model_dir
+from .data import DataError, MoleculeTable, Splits, read_smiles_csv, split_indices
+from .distributed import broadcast_object
+from .errors import PartorchError
+from .evaluation import evaluate
+from .tokenizer import build_tokenizer
+
+log = logging.getLogger("partorch")
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def _fraction(text):
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def build_parser(doc, default_output_dir):
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add = parser.add_argument
+    add("dataset", help="CSV file with a SMILES column and a 0/1 label column")
+    # -- data
+    add("--smiles-column", default="smiles", help="column holding SMILES (default: %(default)s)")
+    add("--label-column", default="p_np", help="column holding 0/1 labels (default: %(default)s)")
+    add("--tokenizer", choices=["smiles", "bytes"], default="smiles",
+        help="atom-level SMILES regex or fixed ASCII bytes (default: %(default)s)")
+    add("--strict", action="store_true", help="rows without a label are an error instead of being dropped")
+    add("--sampler", choices=["bucket", "random"], default="bucket",
+        help="length-bucketed batches, or torch's DistributedSampler (default: %(default)s)")
+    # -- optimisation
+    add("--epochs", type=_positive(int), default=30, help="maximum epochs (default: %(default)s)")
+    add("--patience", type=int, default=10,
+        help="stop after this many epochs without a better dev ROC AUC; 0 never stops early (default: %(default)s)")
+    add("--batch-size", type=_positive(int), default=64,
+        help="GLOBAL batch: each of N processes takes batch/N molecules (default: %(default)s)")
+    add("--lr", type=_positive(float), default=1e-3, help="AdamW learning rate (default: %(default)s)")
+    add("--weight-decay", type=float, default=1e-4, help="AdamW weight decay (default: %(default)s)")
+    add("--random-seed", "--seed", dest="seed", type=int, default=1729,
+        help="seed for split, initialisation and batch order (default: %(default)s)")
+    # -- model
+    add("--embedding-dim", type=_positive(int), default=128, help="token embedding size (default: %(default)s)")
+    add("--d-model", type=_positive(int), default=128, help="LSTM hidden size (default: %(default)s)")
+    add("--num-layers", type=_positive(int), default=3, help="LSTM layers (default: %(default)s)")
+    add("--bidirectional", action=argparse.BooleanOptionalAction, default=True,
+        help="read molecules in both directions (default: %(default)s)")
+    add("--dropout", type=_fraction, default=0.2, help="dropout between layers and in the head (default: %(default)s)")
+    # -- running
+    add("--output-dir", default=default_output_dir,
+        help="TensorBoard events, metrics.json, the best model (default: %(default)s)")
+    add("--num-workers", type=int, default=0,
+        help="DataLoader worker processes; the data is pre-tokenized, so 0 is usually fastest (default: %(default)s)")
+    add("--threads", type=_positive(int), default=None,
+        help="CPU threads per process (default: available cores / processes on this host)")
+    add("--dist-timeout", type=_positive(int), default=300,
+        help="seconds any collective may wait for a peer before failing (default: %(default)s)")
+    add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
+    return parser
+
+
+def run_main(main, parser, cleanup=None):
+    """Call main(args); report our own errors as one `error:` line, exit 2.
+
+    `cleanup` runs on every way out (the DDP script destroys its process
+    group there, errors included).
+    """
+    args = parser.parse_args()
+    try:
+        main(args)
+    except PartorchError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    finally:
+        if cleanup:
+            cleanup()
+
+
+def setup_logging(rank, quiet=False):
+    """Rank 0 logs progress; other ranks only warnings, each line tagged."""
+    level = logging.WARNING if quiet or rank != 0 else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"[rank{rank}] %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
+def seed_everything(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class PreparedData:
+    table: MoleculeTable
+    splits: Splits
+    tokenizer: object
+
+
+def prepare_data(args):
+    """CSV -> validated molecules -> split -> tokenizer built on the whole set.
+
+    Every rank does this identically, before any collective, so bad input
+    stops all ranks the same way instead of leaving some waiting.
+    """
+    table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict)
+    for warning in table.warnings:
+        log.warning("warning: %s", warning)
+    tokenizer = build_tokenizer(args.tokenizer, table.smiles)
+    bad_rows = [row for s, row in zip(table.smiles, table.rows) if not tokenizer.can_encode(s)]
+    if bad_rows:
+        raise DataError(f"{args.dataset}: the {args.tokenizer} tokenizer cannot encode the SMILES "
+                        f"at rows {', '.join(map(str, bad_rows[:5]))}")
+    splits = split_indices(table.labels, args.seed)
+    log.info("data: %d molecules, train %d, dev %d, test %d, vocabulary %d",
+             len(table.smiles), len(splits.train), len(splits.dev), len(splits.test), tokenizer.vocab_size)
+    return PreparedData(table, splits, tokenizer)
+
+
+def prepare_output_dir(path, master_process=True):
+    """Rank 0 creates the folder; every rank learns whether that worked."""
+    error = None
+    if master_process:
+        try:
+            ensure_writable_dir(path)
+        except PartorchError as exc:
+            error = str(exc)
+    error = broadcast_object(error)
+    if error:
+        raise PartorchError(error)
+
+
+def model_hparams(args):
+    return dict(embedding_dim=args.embedding_dim, d_model=args.d_model, num_layers=args.num_layers,
+                bidirectional=args.bidirectional, dropout=args.dropout)
+
+
+def finish_run(*, args, model, result, test_loader, device, tokenizer, writer, world_size, started):
+    """Score the best weights on test; write TensorBoard, metrics.json and the model."""
+    model.load_state_dict(result.best_state)
+    test = evaluate(model, test_loader, device, "test split")
+    hparams = {"model": model_hparams(args), "lr": args.lr, "weight_decay": args.weight_decay,
+               "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer}
+    output = Path(args.output_dir)
+    save_model_dir(output, result.best_state, tokenizer, hparams)
+    metrics = dict(test_roc_auc=test.roc_auc, test_loss=test.loss, best_dev_roc_auc=result.best_dev_roc_auc,
+                   best_epoch=result.best_epoch, epochs_completed=result.epochs_completed,
+                   world_size=world_size, global_batch_size=args.batch_size,
+                   per_rank_batch_size=args.batch_size // world_size,
+                   train_samples_per_second=result.train_samples_per_second,
+                   wall_seconds=time.perf_counter() - started, seed=args.seed, history=result.history)
+    atomic_write_json(metrics, output / "metrics.json")
+    writer.add_scalar("Loss/test", test.loss, result.best_epoch)
+    writer.add_scalar("ROC_AUC/test", test.roc_auc, result.best_epoch)
+    flat = {**hparams.pop("model"), **hparams, "world_size": world_size}
+    writer.add_hparams(flat, {"hparam/test_roc_auc": test.roc_auc, "hparam/best_dev_roc_auc": result.best_dev_roc_auc},
+                       run_name="hparams")
+    writer.close()
+    log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
+    print(f"Final test ROC AUC: {test.roc_auc:.4f}", flush=True)
+    return metrics

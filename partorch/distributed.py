@@ -1,0 +1,109 @@
+"""Process-group set-up from torchrun's environment, rank helpers, reductions.
+
+Started by torchrun, RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT
+are set and we join that group. Started by plain `python`, we make a group of
+one in memory, so the same DDP code path runs unchanged.
+"""
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+import os
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def master_process(self):
+        return self.rank == 0
+
+
+def _env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+def available_cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def set_cpu_threads(local_world_size, threads=None):
+    """Split the cores between the processes of this host (oversubscribed
+    threads spin against each other and run slower than fewer threads)."""
+    torch.set_num_threads(threads or max(1, available_cores() // local_world_size))
+
+
+def setup_distributed(timeout_seconds=300):
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if torch.cuda.is_available():
+        device, backend = torch.device("cuda", local_rank), "nccl"
+        torch.cuda.set_device(device)
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    timeout = timedelta(seconds=timeout_seconds)
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    return DistContext(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
+                       local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), device=device, backend=backend)
+
+
+def teardown_distributed():
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextmanager
+def distributed(timeout_seconds=300):
+    """Set up the process group and destroy it on every way out, errors too."""
+    try:
+        yield setup_distributed(timeout_seconds)
+    finally:
+        teardown_distributed()
+
+
+def get_rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def get_world_size():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def is_master_process():
+    return get_rank() == 0
+
+
+def all_reduce_sum(tensor):
+    """Sum over ranks, in place; a no-op in a single process."""
+    if get_world_size() > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def broadcast_object(obj, src=0):
+    """Rank `src`'s object on every rank. Every rank must call this."""
+    if get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def barrier():
+    if get_world_size() > 1:
+        dist.barrier()
+
+
+def unwrap(model):
+    """The plain module inside a DDP wrapper (or the model itself)."""
+    return model.module if hasattr(model, "module") else model

@@ -1,0 +1,48 @@
+"""Predictions, loss and ROC AUC over a loader."""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+from torch import nn
+
+from .errors import PartorchError
+
+
+class EvaluationError(PartorchError):
+    pass
+
+
+@dataclass
+class Evaluation:
+    loss: float
+    roc_auc: float
+    labels: np.ndarray
+    probabilities: np.ndarray
+
+
+def roc_auc(labels, probabilities, split="this split"):
+    labels = np.asarray(labels)
+    if len(np.unique(labels)) < 2:
+        raise EvaluationError(f"{split} holds only molecules of class {int(labels[0])}: ROC AUC is undefined; "
+                              "use more data or another seed")
+    return float(roc_auc_score(labels, probabilities))
+
+
+@torch.no_grad()
+def predict(model, loader, device):
+    """(labels, probabilities, logits) in loader order; model left in eval mode."""
+    model.eval()
+    labels, logits = [], []
+    for tokens, lengths, batch_labels in loader:
+        logits.append(model(tokens.to(device, non_blocking=True), lengths).float())
+        labels.append(batch_labels)
+    logits = torch.cat(logits).cpu() if logits else torch.zeros(0)
+    labels = torch.cat(labels) if labels else torch.zeros(0)
+    return labels.numpy(), torch.sigmoid(logits).numpy(), logits
+
+
+def evaluate(model, loader, device, split="this split"):
+    labels, probabilities, logits = predict(model, loader, device)
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(labels)).item()
+    return Evaluation(loss, roc_auc(labels, probabilities, split), labels, probabilities)

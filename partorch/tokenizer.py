@@ -1,0 +1,111 @@
+"""Turn SMILES strings into integer ids.
+
+Two tokenizers share one small interface (`encode`, `decode`, `vocab_size`,
+`to_dict`). Id 0 is always padding. The SMILES tokenizer's vocabulary is built
+from the *whole* data set before any sharding and sorted, so every rank that
+reads the same file builds the same vocabulary.
+"""
+import json
+import re
+
+from .errors import PartorchError
+
+PAD, UNK = "<pad>", "<unk>"
+
+# Atom-level SMILES tokens: bracket atoms, two-letter halogens, two-digit ring
+# closures, then any single character. The catch-all `.` keeps every character
+# of the input, so tokens always join back to the original string.
+SMILES_TOKEN_PATTERN = re.compile(r"\[[^\]]+\]|Br|Cl|%\d{2}|.")
+
+
+class TokenizerError(PartorchError):
+    pass
+
+
+def split_smiles(smiles):
+    return SMILES_TOKEN_PATTERN.findall(smiles)
+
+
+class BytesTokenizer:
+    """Fixed vocabulary: ASCII code points 1-127 map to themselves, 0 pads."""
+
+    name = "bytes"
+    vocab_size = 128
+
+    def encode(self, smiles):
+        if not self.can_encode(smiles):
+            bad = next(ch for ch in smiles if not 0 < ord(ch) < 128)
+            raise TokenizerError(f"bytes tokenizer cannot encode {bad!r} in {smiles!r}")
+        return list(smiles.encode("ascii"))
+
+    def can_encode(self, smiles):
+        return smiles.isascii() and "\0" not in smiles
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids if i != 0)
+
+    def to_dict(self):
+        return {"type": self.name}
+
+
+class SmilesTokenizer:
+    """Regex tokenizer; unknown tokens map to `<unk>` instead of crashing."""
+
+    name = "smiles"
+
+    def __init__(self, tokens):
+        self.tokens = [PAD, UNK] + [t for t in tokens if t not in (PAD, UNK)]
+        self.token_to_id = {t: i for i, t in enumerate(self.tokens)}
+
+    @classmethod
+    def build(cls, smiles_list):
+        # Sorted, so the vocabulary does not depend on row order or on which
+        # rank built it.
+        return cls(sorted({tok for s in smiles_list for tok in split_smiles(s)}))
+
+    @property
+    def vocab_size(self):
+        return len(self.tokens)
+
+    def encode(self, smiles):
+        unk = self.token_to_id[UNK]
+        return [self.token_to_id.get(tok, unk) for tok in split_smiles(smiles)]
+
+    def can_encode(self, smiles):
+        return True  # unknown tokens become <unk>
+
+    def decode(self, ids):
+        return "".join(self.tokens[i] for i in ids if i != 0)
+
+    def to_dict(self):
+        return {"type": self.name, "tokens": self.tokens}
+
+
+def build_tokenizer(kind, smiles_list):
+    if kind == "bytes":
+        return BytesTokenizer()
+    if kind == "smiles":
+        return SmilesTokenizer.build(smiles_list)
+    raise TokenizerError(f"unknown tokenizer {kind!r}: choose 'smiles' or 'bytes'")
+
+
+def tokenizer_from_dict(spec):
+    if spec.get("type") == "bytes":
+        return BytesTokenizer()
+    if spec.get("type") == "smiles" and isinstance(spec.get("tokens"), list):
+        return SmilesTokenizer(spec["tokens"])
+    raise TokenizerError(f"not a partorch tokenizer description: {str(spec)[:80]}")
+
+
+def save_tokenizer(tokenizer, path):
+    with open(path, "w") as f:
+        json.dump(tokenizer.to_dict(), f, indent=1)
+
+
+def load_tokenizer(path):
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot read tokenizer {path}: {exc}") from None
+    return tokenizer_from_dict(spec)

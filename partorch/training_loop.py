@@ -1,0 +1,121 @@
+"""The epoch loop shared by the single-process and the DDP script.
+
+It works on a plain module or a DDP-wrapped one. Loss and throughput are
+summed over all ranks; the dev set is scored on rank 0 only and the result is
+broadcast, so every rank makes the same keep-best and early-stopping choice.
+"""
+from dataclasses import dataclass, field
+import logging
+import time
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .distributed import all_reduce_sum, broadcast_object, get_world_size, is_master_process, unwrap
+from .evaluation import EvaluationError, evaluate
+
+log = logging.getLogger("partorch")
+
+
+@dataclass
+class TrainResult:
+    best_state: dict
+    best_epoch: int
+    best_dev_roc_auc: float
+    epochs_completed: int
+    train_samples_per_second: float
+    history: list = field(default_factory=list)
+
+
+def set_epoch(loader, epoch):
+    # Without this a DistributedSampler (and our bucket sampler) would
+    # replay the first epoch's order in every epoch.
+    for sampler in (loader.batch_sampler, loader.sampler):
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+
+
+def train_one_epoch(model, optimizer, loader, device, global_batch_size, progress=False):
+    """One pass over this rank's shard; returns (mean loss, samples) over all ranks."""
+    model.train()
+    # Each rank divides its summed loss by the per-rank batch; DDP then
+    # averages gradients over ranks, so the step equals one process taking
+    # the global batch (the last, smaller batch is weighted by its size).
+    per_rank_batch = global_batch_size // get_world_size()
+    loss_sum = torch.zeros((), device=device)
+    samples = torch.zeros((), device=device)
+    for tokens, lengths, labels in tqdm(loader, disable=not progress, leave=False, desc="train"):
+        labels = labels.to(device, non_blocking=True)
+        logits = model(tokens.to(device, non_blocking=True), lengths)
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+        optimizer.zero_grad(set_to_none=True)
+        (loss / per_rank_batch).backward()
+        optimizer.step()
+        # Accumulated on the device and read once per epoch: no host sync per step.
+        loss_sum += loss.detach()
+        samples += labels.numel()
+    totals = all_reduce_sum(torch.stack([loss_sum, samples]))
+    return (totals[0] / totals[1]).item(), int(totals[1].item())
+
+
+def evaluate_on_master(model, dev_loader, device):
+    """Dev (loss, ROC AUC) computed by rank 0, returned on every rank.
+
+    Rank 0 scores the unwrapped module: a DDP forward would start a collective
+    the other ranks never join. They wait in the broadcast instead.
+    """
+    outcome = None
+    if is_master_process():
+        try:
+            result = evaluate(unwrap(model), dev_loader, device, "dev split")
+            outcome = (result.loss, result.roc_auc, None)
+        except EvaluationError as exc:
+            outcome = (None, None, str(exc))
+    loss, auc, error = broadcast_object(outcome)
+    if error:
+        raise EvaluationError(error)
+    return loss, auc
+
+
+def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_batch_size,
+          patience=None, writer=None, progress=False):
+    """Train, score dev each epoch, keep the best weights (a state-dict copy)."""
+    best = TrainResult(best_state={}, best_epoch=0, best_dev_roc_auc=-1.0, epochs_completed=0,
+                       train_samples_per_second=0.0)
+    train_seconds, train_samples = 0.0, 0
+    for epoch in range(1, epochs + 1):
+        set_epoch(train_loader, epoch)
+        start = time.perf_counter()
+        train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, global_batch_size, progress)
+        seconds = time.perf_counter() - start
+        train_seconds, train_samples = train_seconds + seconds, train_samples + samples
+        dev_loss, dev_auc = evaluate_on_master(model, dev_loader, device)
+        row = dict(epoch=epoch, train_loss=train_loss, dev_loss=dev_loss, dev_roc_auc=dev_auc,
+                   samples_per_second=samples / seconds, lr=optimizer.param_groups[0]["lr"])
+        best.history.append(row)
+        best.epochs_completed = epoch
+        if dev_auc > best.best_dev_roc_auc:
+            best.best_dev_roc_auc, best.best_epoch = dev_auc, epoch
+            best.best_state = {k: v.detach().clone() for k, v in unwrap(model).state_dict().items()}
+        _report_epoch(row, epochs, writer)
+        if patience and epoch - best.best_epoch >= patience:
+            log.info("no dev improvement for %d epochs: stopping early", patience)
+            break
+    best.train_samples_per_second = train_samples / max(train_seconds, 1e-9)
+    return best
+
+
+def _report_epoch(row, epochs, writer):
+    if not is_master_process():
+        return
+    log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev ROC AUC %.4f  %.0f samples/s",
+             row["epoch"], epochs, row["train_loss"], row["dev_loss"], row["dev_roc_auc"],
+             row["samples_per_second"])
+    if writer is not None:
+        step = row["epoch"]
+        writer.add_scalar("Loss/train", row["train_loss"], step)
+        writer.add_scalar("Loss/dev", row["dev_loss"], step)
+        writer.add_scalar("ROC_AUC/dev", row["dev_roc_auc"], step)
+        writer.add_scalar("Throughput/train_samples_per_second", row["samples_per_second"], step)
+        writer.add_scalar("LR", row["lr"], step)

@@ -1,0 +1,45 @@
+"""Train a SMILES LSTM classifier on BBBP in one process.
+
+    python scripts/basic_neural_network.py dataset/BBBP.csv
+
+Its twin, basic_neural_network_ddp.py, runs the same job under torchrun;
+`diff scripts/basic_neural_network.py scripts/basic_neural_network_ddp.py`
+shows exactly what data parallelism adds.
+"""
+import time
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from partorch import (RNNPredictor, build_parser, finish_run, get_dataloader, model_hparams, prepare_data,
+                      prepare_output_dir, run_main, seed_everything, set_cpu_threads, setup_logging, train)
+
+
+def main(args):
+    started = time.perf_counter()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    setup_logging(0, args.quiet)
+    set_cpu_threads(1, args.threads)
+    seed_everything(args.seed)
+    data = prepare_data(args)
+    prepare_output_dir(args.output_dir)
+
+    loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
+                       batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
+    train_loader = get_dataloader(**loader_args, indices=data.splits.train, shuffle=True, seed=args.seed)
+    dev_loader = get_dataloader(**loader_args, indices=data.splits.dev)
+    test_loader = get_dataloader(**loader_args, indices=data.splits.test)
+
+    model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    writer = SummaryWriter(args.output_dir)
+
+    result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
+                   epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
+                   writer=writer, progress=not args.quiet)
+    finish_run(args=args, model=model, result=result, test_loader=test_loader, device=device,
+               tokenizer=data.tokenizer, writer=writer, world_size=1, started=started)
+
+
+if __name__ == "__main__":
+    run_main(main, build_parser(__doc__, default_output_dir="runs/basic"))
