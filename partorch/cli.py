@@ -91,7 +91,8 @@ def run_main(main, parser, cleanup=None):
     try:
         main(args)
     except PartorchError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"error: {exc}\n")  # one write, so ranks do not interleave
+        sys.stderr.flush()
         sys.exit(2)
     finally:
         if cleanup:

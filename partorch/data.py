@@ -60,7 +60,7 @@ def _parse_labels(path, label_column, values, rows):
     parsed = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy()
     bad = ~np.isin(parsed, (0.0, 1.0))
     if bad.any():
-        examples = [f"row {r}: {v!r}" for r, v in zip(rows[bad][:5], np.asarray(values)[bad][:5])]
+        examples = [f"row {r}: {values[i]!r}" for r, i in zip(rows[bad][:5], np.flatnonzero(bad)[:5])]
         raise DataError(f"{path}: column {label_column!r} must hold 0 or 1; "
                         f"{int(bad.sum())} rows do not, first: {'; '.join(examples)}")
     return parsed.astype(np.int64)
