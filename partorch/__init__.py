@@ -9,11 +9,11 @@ from .errors import PartorchError
 from .evaluation import evaluate, predict, roc_auc
 from .rnn import RNNPredictor
 from .tokenizer import BytesTokenizer, SmilesTokenizer, build_tokenizer, load_tokenizer
-from .training_loop import train
+from .training_loop import evaluate_split, train
 
 __all__ = [
     "BytesTokenizer", "LengthBucketBatchSampler", "PartorchError", "RNNPredictor", "SmilesDataset",
-    "SmilesTokenizer", "build_parser", "build_tokenizer", "collate_batch", "evaluate", "finish_run",
+    "SmilesTokenizer", "build_parser", "build_tokenizer", "collate_batch", "evaluate", "evaluate_split", "finish_run",
     "get_dataloader", "get_ddp_dataloader", "load_model_dir", "load_tokenizer", "model_hparams", "predict",
     "prepare_data", "prepare_output_dir", "read_smiles_csv", "roc_auc", "run_main", "save_model_dir",
     "seed_everything", "set_cpu_threads", "setup_distributed", "setup_logging", "split_indices",

@@ -2,6 +2,7 @@
 error reporting and the end-of-run report. The scripts themselves show only
 what differs between one process and DDP."""
 import argparse
+import hashlib
 from dataclasses import dataclass
 import json
 import logging
@@ -15,9 +16,8 @@ import torch
 
 from .checkpoint import atomic_write_json, ensure_writable_dir, save_model_dir
 from .data import DataError, MoleculeTable, Splits, read_smiles_csv, split_indices
-from .distributed import broadcast_object
+from .distributed import assert_same_on_all_ranks, broadcast_object
 from .errors import PartorchError
-from .evaluation import evaluate
 from .tokenizer import build_tokenizer
 
 log = logging.getLogger("partorch")
@@ -77,6 +77,9 @@ def build_parser(doc, default_output_dir):
         help="CPU threads per process (default: available cores / processes on this host)")
     add("--dist-timeout", type=_positive(int), default=300,
         help="seconds any collective may wait for a peer before failing (default: %(default)s)")
+    add("--distributed-eval", action="store_true",
+        help="every rank scores its share of dev and test and the predictions are gathered "
+             "(default: rank 0 scores them alone)")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
 
@@ -100,12 +103,13 @@ def run_main(main, parser, cleanup=None):
 
 
 def setup_logging(rank, quiet=False):
-    """Rank 0 logs progress; other ranks only warnings, each line tagged."""
-    level = logging.WARNING if quiet or rank != 0 else logging.INFO
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"[rank{rank}] %(message)s"))
-    log.handlers[:] = [handler]
-    log.setLevel(level)
+    """Console: rank 0 shows progress, every rank shows warnings, each line
+    tagged with its rank. Per-rank files are added by `prepare_output_dir`."""
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter(f"[rank{rank}] %(message)s"))
+    console.setLevel(logging.WARNING if quiet or rank != 0 else logging.INFO)
+    log.handlers[:] = [console]
+    log.setLevel(logging.INFO)
     log.propagate = False
 
 
@@ -113,6 +117,10 @@ def seed_everything(seed):
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def _digest(obj):
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
@@ -137,22 +145,30 @@ def prepare_data(args):
         raise DataError(f"{args.dataset}: the {args.tokenizer} tokenizer cannot encode the SMILES "
                         f"at rows {', '.join(map(str, bad_rows[:5]))}")
     splits = split_indices(table.labels, args.seed)
+    assert_same_on_all_ranks({
+        "split": _digest([splits.train.tolist(), splits.dev.tolist(), splits.test.tolist()]),
+        "vocabulary": _digest(tokenizer.to_dict())})
     log.info("data: %d molecules, train %d, dev %d, test %d, vocabulary %d",
              len(table.smiles), len(splits.train), len(splits.dev), len(splits.test), tokenizer.vocab_size)
     return PreparedData(table, splits, tokenizer)
 
 
-def prepare_output_dir(path, master_process=True):
-    """Rank 0 creates the folder; every rank learns whether that worked."""
+def prepare_output_dir(path, rank=0):
+    """Rank 0 creates the folder (once, no race); every rank learns whether
+    that worked, then logs to its own `logs/rank{r}.log` inside it."""
     error = None
-    if master_process:
+    if rank == 0:
         try:
-            ensure_writable_dir(path)
+            ensure_writable_dir(Path(path) / "logs")
         except PartorchError as exc:
             error = str(exc)
     error = broadcast_object(error)
     if error:
         raise PartorchError(error)
+    handler = logging.FileHandler(Path(path) / "logs" / f"rank{rank}.log", mode="w")
+    handler.setFormatter(logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(message)s"))
+    handler.setLevel(logging.INFO)
+    log.addHandler(handler)
 
 
 def model_hparams(args):
@@ -160,10 +176,8 @@ def model_hparams(args):
                 bidirectional=args.bidirectional, dropout=args.dropout)
 
 
-def finish_run(*, args, model, result, test_loader, device, tokenizer, writer, world_size, started):
-    """Score the best weights on test; write TensorBoard, metrics.json and the model."""
-    model.load_state_dict(result.best_state)
-    test = evaluate(model, test_loader, device, "test split")
+def finish_run(*, args, result, test, tokenizer, writer, world_size, started):
+    """Write TensorBoard's test scalars and hparams, metrics.json and the model."""
     hparams = {"model": model_hparams(args), "lr": args.lr, "weight_decay": args.weight_decay,
                "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer}
     output = Path(args.output_dir)

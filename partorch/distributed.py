@@ -4,13 +4,18 @@ Started by torchrun, RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT
 are set and we join that group. Started by plain `python`, we make a group of
 one in memory, so the same DDP code path runs unchanged.
 """
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 import os
 
 import torch
 import torch.distributed as dist
+
+from .errors import PartorchError
+
+
+class DistributedError(PartorchError):
+    pass
 
 
 @dataclass
@@ -62,15 +67,6 @@ def teardown_distributed():
         dist.destroy_process_group()
 
 
-@contextmanager
-def distributed(timeout_seconds=300):
-    """Set up the process group and destroy it on every way out, errors too."""
-    try:
-        yield setup_distributed(timeout_seconds)
-    finally:
-        teardown_distributed()
-
-
 def get_rank():
     return dist.get_rank() if dist.is_initialized() else 0
 
@@ -97,6 +93,32 @@ def broadcast_object(obj, src=0):
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def all_gather_object(obj):
+    """Every rank's object, in rank order, on every rank."""
+    if get_world_size() == 1:
+        return [obj]
+    gathered = [None] * get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def assert_same_on_all_ranks(digests):
+    """Stop every rank if any rank computed a different digest.
+
+    `digests` maps a name ("split", "vocabulary") to a hex digest. Ranks that
+    disagree would train on different data or embed tokens differently
+    without any error, so this runs once at start-up.
+    """
+    everyone = all_gather_object(digests)
+    for name in digests:
+        values = [d[name] for d in everyone]
+        if len(set(values)) > 1:
+            groups = {v: [r for r, x in enumerate(values) if x == v] for v in values}
+            detail = "; ".join(f"ranks {ranks}: {v[:12]}" for v, ranks in groups.items())
+            raise DistributedError(f"the {name} differs between ranks ({detail}); "
+                                   "do all ranks read the same file with the same flags?")
 
 
 def barrier():

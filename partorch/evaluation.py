@@ -42,7 +42,14 @@ def predict(model, loader, device):
     return labels.numpy(), torch.sigmoid(logits).numpy(), logits
 
 
+def score(labels, logits, split="this split"):
+    """Evaluation from labels and logits (numpy arrays or tensors), in any order."""
+    labels, logits = torch.as_tensor(labels, dtype=torch.float32), torch.as_tensor(logits, dtype=torch.float32)
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, labels).item()
+    probabilities = torch.sigmoid(logits).numpy()
+    return Evaluation(loss, roc_auc(labels.numpy(), probabilities, split), labels.numpy(), probabilities)
+
+
 def evaluate(model, loader, device, split="this split"):
-    labels, probabilities, logits = predict(model, loader, device)
-    loss = nn.functional.binary_cross_entropy_with_logits(logits, torch.as_tensor(labels)).item()
-    return Evaluation(loss, roc_auc(labels, probabilities, split), labels, probabilities)
+    labels, _, logits = predict(model, loader, device)
+    return score(labels, logits, split)

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 import logging
 import time
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from .distributed import all_reduce_sum, broadcast_object, get_world_size, is_master_process, unwrap
-from .evaluation import EvaluationError, evaluate
+from .distributed import (all_gather_object, all_reduce_sum, broadcast_object, get_world_size,
+                          is_master_process, unwrap)
+from .evaluation import EvaluationError, evaluate, predict, score
 
 log = logging.getLogger("partorch")
 
@@ -59,27 +61,32 @@ def train_one_epoch(model, optimizer, loader, device, global_batch_size, progres
     return (totals[0] / totals[1]).item(), int(totals[1].item())
 
 
-def evaluate_on_master(model, dev_loader, device):
-    """Dev (loss, ROC AUC) computed by rank 0, returned on every rank.
+def evaluate_split(model, loader, device, split, sharded=False):
+    """Loss and ROC AUC of one split, the same `Evaluation` on every rank.
 
-    Rank 0 scores the unwrapped module: a DDP forward would start a collective
-    the other ranks never join. They wait in the broadcast instead.
+    By default rank 0 scores the whole split on the unwrapped module (a DDP
+    forward would start a collective the other ranks never join) while the
+    others wait in the broadcast. With `sharded`, each rank scores its own
+    share (no molecule twice) and the predictions are gathered first.
     """
+    if sharded:
+        labels, _, logits = predict(unwrap(model), loader, device)
+        parts = all_gather_object((labels, logits.numpy()))
+        return score(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), split)
     outcome = None
     if is_master_process():
         try:
-            result = evaluate(unwrap(model), dev_loader, device, "dev split")
-            outcome = (result.loss, result.roc_auc, None)
+            outcome = evaluate(unwrap(model), loader, device, split)
         except EvaluationError as exc:
-            outcome = (None, None, str(exc))
-    loss, auc, error = broadcast_object(outcome)
-    if error:
-        raise EvaluationError(error)
-    return loss, auc
+            outcome = str(exc)
+    outcome = broadcast_object(outcome)
+    if isinstance(outcome, str):
+        raise EvaluationError(outcome)
+    return outcome
 
 
 def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_batch_size,
-          patience=None, writer=None, progress=False):
+          patience=None, writer=None, progress=False, sharded_eval=False):
     """Train, score dev each epoch, keep the best weights (a state-dict copy)."""
     best = TrainResult(best_state={}, best_epoch=0, best_dev_roc_auc=-1.0, epochs_completed=0,
                        train_samples_per_second=0.0)
@@ -90,13 +97,13 @@ def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_
         train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, global_batch_size, progress)
         seconds = time.perf_counter() - start
         train_seconds, train_samples = train_seconds + seconds, train_samples + samples
-        dev_loss, dev_auc = evaluate_on_master(model, dev_loader, device)
-        row = dict(epoch=epoch, train_loss=train_loss, dev_loss=dev_loss, dev_roc_auc=dev_auc,
+        dev = evaluate_split(model, dev_loader, device, "dev split", sharded_eval)
+        row = dict(epoch=epoch, train_loss=train_loss, dev_loss=dev.loss, dev_roc_auc=dev.roc_auc,
                    samples_per_second=samples / seconds, lr=optimizer.param_groups[0]["lr"])
         best.history.append(row)
         best.epochs_completed = epoch
-        if dev_auc > best.best_dev_roc_auc:
-            best.best_dev_roc_auc, best.best_epoch = dev_auc, epoch
+        if dev.roc_auc > best.best_dev_roc_auc:
+            best.best_dev_roc_auc, best.best_epoch = dev.roc_auc, epoch
             best.best_state = {k: v.detach().clone() for k, v in unwrap(model).state_dict().items()}
         _report_epoch(row, epochs, writer)
         if patience and epoch - best.best_epoch >= patience:

@@ -11,7 +11,7 @@ import time
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from partorch import (RNNPredictor, build_parser, finish_run, get_dataloader, model_hparams, prepare_data,
+from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_dataloader, model_hparams, prepare_data,
                       prepare_output_dir, run_main, seed_everything, set_cpu_threads, setup_logging, train)
 
 
@@ -37,8 +37,10 @@ def main(args):
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
                    writer=writer, progress=not args.quiet)
-    finish_run(args=args, model=model, result=result, test_loader=test_loader, device=device,
-               tokenizer=data.tokenizer, writer=writer, world_size=1, started=started)
+    model.load_state_dict(result.best_state)
+    test = evaluate_split(model, test_loader, device, "test split")
+    finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,
+               world_size=1, started=started)
 
 
 if __name__ == "__main__":

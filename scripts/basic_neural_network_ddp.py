@@ -14,7 +14,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
-from partorch import (RNNPredictor, build_parser, finish_run, get_dataloader, get_ddp_dataloader, model_hparams,
+from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_ddp_dataloader, model_hparams,
                       prepare_data, prepare_output_dir, run_main, seed_everything, set_cpu_threads,
                       setup_distributed, setup_logging, teardown_distributed, train)
 
@@ -27,15 +27,16 @@ def main(args):
     set_cpu_threads(ctx.local_world_size, args.threads)
     seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
     data = prepare_data(args)
-    prepare_output_dir(args.output_dir, master_process)
+    prepare_output_dir(args.output_dir, ctx.rank)
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
     train_loader = get_ddp_dataloader(rank=ctx.rank, world_size=ctx.world_size, **loader_args,
                                       indices=data.splits.train, shuffle=True, seed=args.seed)
-    # Only rank 0 evaluates, so only rank 0 needs the dev and test sets.
-    dev_loader = get_dataloader(**loader_args, indices=data.splits.dev) if master_process else None
-    test_loader = get_dataloader(**loader_args, indices=data.splits.test) if master_process else None
+    # Rank 0 scores dev and test alone, unless --distributed-eval shares them out.
+    eval_shard = dict(rank=ctx.rank, world_size=ctx.world_size) if args.distributed_eval else dict(rank=0, world_size=1)
+    dev_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.dev)
+    test_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.test)
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
     # DDP copies rank 0's weights to every rank and all-reduces gradients in backward().
@@ -45,10 +46,12 @@ def main(args):
 
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
-                   writer=writer, progress=master_process and not args.quiet)
+                   writer=writer, progress=master_process and not args.quiet, sharded_eval=args.distributed_eval)
+    model.module.load_state_dict(result.best_state)
+    test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval)
     if master_process:
-        finish_run(args=args, model=model.module, result=result, test_loader=test_loader, device=device,
-                   tokenizer=data.tokenizer, writer=writer, world_size=ctx.world_size, started=started)
+        finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,
+                   world_size=ctx.world_size, started=started)
 
 
 if __name__ == "__main__":
