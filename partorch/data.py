@@ -180,9 +180,12 @@ class LengthBucketBatchSampler:
             chunk = order[start:start + pool]
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        # A batch smaller than the world would leave some rank with nothing to
-        # do, and that rank would skip the gradient all-reduce: merge it.
-        if len(batches) > 1 and len(batches[-1]) < self.world_size:
+        # A last batch smaller than the world would leave some rank with
+        # nothing to do, and that rank would skip the gradient all-reduce:
+        # merge it into the one before. The threshold does not depend on the
+        # world size (while batch/2 >= world size), so 1 and N processes
+        # still take identical steps.
+        if len(batches) > 1 and len(batches[-1]) < max(self.batch_size // 2, self.world_size):
             batches[-2:] = [np.concatenate(batches[-2:])]
         return [batches[i] for i in rng.permutation(len(batches))]
 
