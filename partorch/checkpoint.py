@@ -1,13 +1,17 @@
-"""Atomic writes, and saving / loading a trained model directory.
+"""Atomic writes, training snapshots, and saving / loading a model directory.
 
 A model directory holds `best_model.pt` (a state dict: tensors only, loadable
-with `weights_only=True`), `tokenizer.json` and `hparams.json`.
+with `weights_only=True`), `tokenizer.json` and `hparams.json`. A training
+snapshot (`checkpoints/last.pt`) holds everything needed to continue a run
+after a crash or a torchrun restart, again as tensors and plain types only.
 """
 import json
 import os
 from pathlib import Path
+import random
 import tempfile
 
+import numpy as np
 import torch
 
 from .errors import PartorchError
@@ -87,3 +91,27 @@ def load_model_dir(directory, device="cpu"):
     model = RNNPredictor(tokenizer.vocab_size, **hparams["model"])
     model.load_state_dict(load_state(directory / MODEL_FILE, device))
     return model.to(device).eval(), tokenizer, hparams
+
+
+def capture_rng():
+    """This process's random states as tensors and plain types (weights_only-safe)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng(state):
+    torch.set_rng_state(state["torch"].cpu())
+    random.setstate(_tuples(state["python"]))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+def _tuples(obj):
+    # torch.load gives back lists where random.setstate wants tuples
+    return tuple(_tuples(x) for x in obj) if isinstance(obj, (list, tuple)) else obj

@@ -6,15 +6,17 @@ import hashlib
 from dataclasses import dataclass
 import json
 import logging
+import os
 from pathlib import Path
 import random
+import re
 import sys
 import time
 
 import numpy as np
 import torch
 
-from .checkpoint import atomic_write_json, ensure_writable_dir, save_model_dir
+from .checkpoint import CheckpointError, atomic_write_json, ensure_writable_dir, load_state, save_model_dir
 from .data import DataError, MoleculeTable, Splits, read_smiles_csv, split_indices
 from .distributed import assert_same_on_all_ranks, broadcast_object
 from .errors import PartorchError
@@ -80,6 +82,8 @@ def build_parser(doc, default_output_dir):
     add("--distributed-eval", action="store_true",
         help="every rank scores its share of dev and test and the predictions are gathered "
              "(default: rank 0 scores them alone)")
+    add("--resume", action="store_true",
+        help="continue from OUTPUT_DIR/checkpoints/last.pt (automatic after a torchrun restart)")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
 
@@ -94,12 +98,27 @@ def run_main(main, parser, cleanup=None):
     try:
         main(args)
     except PartorchError as exc:
-        sys.stderr.write(f"error: {exc}\n")  # one write, so ranks do not interleave
-        sys.stderr.flush()
-        sys.exit(2)
+        _fail(str(exc))
+    except (torch.distributed.DistError, RuntimeError) as exc:
+        if not _is_peer_failure(exc):
+            raise
+        _fail("lost contact with another process: it crashed, was killed, or did not answer within "
+              f"--dist-timeout ({str(exc).strip().splitlines()[0][:300]})")
     finally:
         if cleanup:
             cleanup()
+
+
+def _is_peer_failure(exc):
+    # gloo reports a dead or silent peer as a plain RuntimeError
+    return isinstance(exc, torch.distributed.DistError) or bool(
+        re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE))
+
+
+def _fail(message):
+    sys.stderr.write(f"error: {message}\n")  # one write, so ranks do not interleave
+    sys.stderr.flush()
+    sys.exit(2)
 
 
 def setup_logging(rank, quiet=False):
@@ -176,10 +195,30 @@ def model_hparams(args):
                 bidirectional=args.bidirectional, dropout=args.dropout)
 
 
+def run_hparams(args):
+    return {"model": model_hparams(args), "lr": args.lr, "weight_decay": args.weight_decay,
+            "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer}
+
+
+def prepare_checkpointing(args, tokenizer, device):
+    """Keyword arguments for `train`: where to snapshot, and the snapshot to
+    resume from (with --resume, or when torchrun restarted the workers)."""
+    path = Path(args.output_dir) / "checkpoints" / "last.pt"
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    resume_from = None
+    if args.resume and not path.exists():
+        raise CheckpointError(f"--resume: there is no snapshot at {path}")
+    if (args.resume or restarted) and path.exists():
+        resume_from = load_state(path, device)
+        if resume_from.get("tokenizer") != tokenizer.to_dict():
+            raise CheckpointError(f"{path} was trained with another vocabulary than {args.dataset} gives")
+    return dict(snapshot_path=path, resume_from=resume_from,
+                snapshot_extra={"hparams": run_hparams(args), "tokenizer": tokenizer.to_dict()})
+
+
 def finish_run(*, args, result, test, tokenizer, writer, world_size, started):
     """Write TensorBoard's test scalars and hparams, metrics.json and the model."""
-    hparams = {"model": model_hparams(args), "lr": args.lr, "weight_decay": args.weight_decay,
-               "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer}
+    hparams = run_hparams(args)
     output = Path(args.output_dir)
     save_model_dir(output, result.best_state, tokenizer, hparams)
     metrics = dict(test_roc_auc=test.roc_auc, test_loss=test.loss, best_dev_roc_auc=result.best_dev_roc_auc,

@@ -54,12 +54,26 @@ def setup_distributed(timeout_seconds=300):
     else:
         device, backend = torch.device("cpu"), "gloo"
     timeout = timedelta(seconds=timeout_seconds)
-    if "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend, timeout=timeout, device_id=device if backend == "nccl" else None)
+    device_id = device if backend == "nccl" else None
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        dist.init_process_group(backend, store=_fresh_store_after_restart(timeout), rank=_env_int("RANK", 0),
+                                world_size=_env_int("WORLD_SIZE", 1), timeout=timeout, device_id=device_id)
+    elif "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     return DistContext(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
                        local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), device=device, backend=backend)
+
+
+def _fresh_store_after_restart(timeout):
+    """torchrun's store outlives a restart, and with it the dead workers'
+    addresses: the new gloo group would dial them and fail ("Connection
+    refused"). A key prefix per restart keeps each attempt's keys apart."""
+    use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 29500),
+                          is_master=not use_agent_store and _env_int("RANK", 0) == 0, timeout=timeout)
+    return dist.PrefixStore(f"partorch/restart{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 
 def teardown_distributed():

@@ -1,4 +1,4 @@
-"""Predictions, loss and ROC AUC over a loader."""
+"""Predictions, loss and ROC AUC over a loader; predictions for new SMILES."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -6,6 +6,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
+from .data import get_dataloader
 from .errors import PartorchError
 
 
@@ -53,3 +54,26 @@ def score(labels, logits, split="this split"):
 def evaluate(model, loader, device, split="this split"):
     labels, _, logits = predict(model, loader, device)
     return score(labels, logits, split)
+
+
+def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256):
+    """Probabilities for SMILES strings, in input order.
+
+    Returns (probabilities, failures): a string the tokenizer cannot encode
+    gets NaN and an entry (position, message) in failures; the rest are still
+    predicted. Batches are length-sorted, which is exact for this model.
+    """
+    encodable, failures = [], []
+    for i, smiles in enumerate(smiles_list):
+        if smiles and tokenizer.can_encode(smiles):
+            encodable.append(i)
+        else:
+            failures.append((i, "empty SMILES" if not smiles else f"cannot encode {smiles!r}"))
+    probabilities = np.full(len(smiles_list), np.nan)
+    if encodable:
+        loader = get_dataloader(smiles_list=[smiles_list[i] for i in encodable], labels=np.zeros(len(encodable)),
+                                tokenizer=tokenizer, batch_size=batch_size)
+        _, sorted_probabilities, _ = predict(model, loader, device)
+        order = np.concatenate([np.asarray(b) for b in loader.batch_sampler])
+        probabilities[np.asarray(encodable)[order]] = sorted_probabilities
+    return probabilities, failures

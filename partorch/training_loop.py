@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .distributed import (all_gather_object, all_reduce_sum, broadcast_object, get_world_size,
+from .checkpoint import CheckpointError, atomic_torch_save, capture_rng, restore_rng
+from .distributed import (all_gather_object, all_reduce_sum, barrier, broadcast_object, get_rank, get_world_size,
                           is_master_process, unwrap)
 from .evaluation import EvaluationError, evaluate, predict, score
 
@@ -85,13 +86,57 @@ def evaluate_split(model, loader, device, split, sharded=False):
     return outcome
 
 
+def save_snapshot(path, *, model, optimizer, result, extra):
+    """End-of-epoch snapshot: rank 0 writes it atomically, the others wait.
+
+    Every rank calls this: the random states of all ranks are gathered
+    (their dropout streams differ), and the barrier keeps any rank from
+    running ahead before the snapshot is complete on disk.
+    """
+    rng_states = all_gather_object(capture_rng())
+    if is_master_process():
+        state = dict(model=unwrap(model).state_dict(), optimizer=optimizer.state_dict(),
+                     epoch=result.epochs_completed, best_epoch=result.best_epoch,
+                     best_dev_roc_auc=result.best_dev_roc_auc, best_state=result.best_state,
+                     history=result.history, rng=rng_states, **extra)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(state, path)
+    barrier()
+
+
+def restore_snapshot(state, *, model, optimizer):
+    """Load a snapshot into model and optimizer; return the TrainResult so far."""
+    try:
+        unwrap(model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"the snapshot does not fit this model and these flags ({str(exc)[:200]})") from None
+    rng = state["rng"]
+    restore_rng(rng[get_rank()] if get_rank() < len(rng) else rng[0])
+    log.info("resumed from the snapshot after epoch %d (best dev ROC AUC %.4f at epoch %d)",
+             state["epoch"], state["best_dev_roc_auc"], state["best_epoch"])
+    return TrainResult(best_state=state["best_state"], best_epoch=state["best_epoch"],
+                       best_dev_roc_auc=state["best_dev_roc_auc"], epochs_completed=state["epoch"],
+                       train_samples_per_second=0.0, history=list(state["history"]))
+
+
 def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_batch_size,
-          patience=None, writer=None, progress=False, sharded_eval=False):
-    """Train, score dev each epoch, keep the best weights (a state-dict copy)."""
-    best = TrainResult(best_state={}, best_epoch=0, best_dev_roc_auc=-1.0, epochs_completed=0,
-                       train_samples_per_second=0.0)
+          patience=None, writer=None, progress=False, sharded_eval=False,
+          snapshot_path=None, snapshot_extra=None, resume_from=None):
+    """Train, score dev each epoch, keep the best weights (a state-dict copy).
+
+    With `snapshot_path`, a snapshot is saved after every epoch; `resume_from`
+    (a loaded snapshot) continues at the epoch after it.
+    """
+    if resume_from is not None:
+        best = restore_snapshot(resume_from, model=model, optimizer=optimizer)
+    else:
+        best = TrainResult(best_state={}, best_epoch=0, best_dev_roc_auc=-1.0, epochs_completed=0,
+                           train_samples_per_second=0.0)
     train_seconds, train_samples = 0.0, 0
-    for epoch in range(1, epochs + 1):
+    for epoch in range(best.epochs_completed + 1, epochs + 1):
+        if patience and epoch - 1 - best.best_epoch >= patience:
+            break
         set_epoch(train_loader, epoch)
         start = time.perf_counter()
         train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, global_batch_size, progress)
@@ -106,9 +151,10 @@ def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_
             best.best_dev_roc_auc, best.best_epoch = dev.roc_auc, epoch
             best.best_state = {k: v.detach().clone() for k, v in unwrap(model).state_dict().items()}
         _report_epoch(row, epochs, writer)
-        if patience and epoch - best.best_epoch >= patience:
-            log.info("no dev improvement for %d epochs: stopping early", patience)
-            break
+        if snapshot_path is not None:
+            save_snapshot(snapshot_path, model=model, optimizer=optimizer, result=best, extra=snapshot_extra or {})
+    if patience and best.epochs_completed - best.best_epoch >= patience:
+        log.info("no better dev ROC AUC for %d epochs: stopped early after epoch %d", patience, best.epochs_completed)
     best.train_samples_per_second = train_samples / max(train_seconds, 1e-9)
     return best
 

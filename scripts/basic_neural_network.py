@@ -11,8 +11,9 @@ import time
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_dataloader, model_hparams, prepare_data,
-                      prepare_output_dir, run_main, seed_everything, set_cpu_threads, setup_logging, train)
+from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_dataloader,
+                      model_hparams, prepare_checkpointing, prepare_data, prepare_output_dir,
+                      run_main, seed_everything, set_cpu_threads, setup_logging, train)
 
 
 def main(args):
@@ -34,9 +35,10 @@ def main(args):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     writer = SummaryWriter(args.output_dir)
 
+    checkpointing = prepare_checkpointing(args, data.tokenizer, device)
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
-                   writer=writer, progress=not args.quiet)
+                   writer=writer, progress=not args.quiet, **checkpointing)
     model.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split")
     finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,

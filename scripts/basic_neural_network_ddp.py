@@ -14,9 +14,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.tensorboard import SummaryWriter
 
-from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_ddp_dataloader, model_hparams,
-                      prepare_data, prepare_output_dir, run_main, seed_everything, set_cpu_threads,
-                      setup_distributed, setup_logging, teardown_distributed, train)
+from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_ddp_dataloader,
+                      model_hparams, prepare_checkpointing, prepare_data, prepare_output_dir,
+                      run_main, seed_everything, set_cpu_threads, setup_distributed, setup_logging,
+                      teardown_distributed, train)
 
 
 def main(args):
@@ -44,9 +45,11 @@ def main(args):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     writer = SummaryWriter(args.output_dir) if master_process else None  # one writer for the whole job
 
+    checkpointing = prepare_checkpointing(args, data.tokenizer, device)
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
-                   writer=writer, progress=master_process and not args.quiet, sharded_eval=args.distributed_eval)
+                   writer=writer, progress=master_process and not args.quiet, sharded_eval=args.distributed_eval,
+                   **checkpointing)
     model.module.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval)
     if master_process:

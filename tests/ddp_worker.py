@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 import sys
+import time
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -13,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import synthetic_molecules  # noqa: E402
 from partorch import (RNNPredictor, SmilesTokenizer, build_parser, evaluate_split, get_ddp_dataloader,  # noqa: E402
                       prepare_data, run_main, setup_distributed, teardown_distributed)
+from partorch.distributed import all_reduce_sum  # noqa: E402
 from partorch.training_loop import set_epoch, train_one_epoch  # noqa: E402
 
 
@@ -87,11 +89,20 @@ def start_up_digest(ctx, opts):
     return {"passed": True}
 
 
-MODES = {f.__name__: f for f in (sampler_orders, uneven_training, parity, evaluation, start_up_digest)}
+def peer_hangs(ctx, opts):
+    # Rank 1 stops answering; rank 0's next collective must give up after
+    # the process group's timeout instead of waiting forever.
+    if ctx.rank == 1:
+        time.sleep(600)
+    all_reduce_sum(torch.ones(1))
+    return {"passed": True}
+
+
+MODES = {f.__name__: f for f in (sampler_orders, uneven_training, parity, evaluation, start_up_digest, peer_hangs)}
 
 
 def main(opts):
-    ctx = setup_distributed(timeout_seconds=60)
+    ctx = setup_distributed(timeout_seconds=opts.timeout)
     torch.set_num_threads(1)
     result = MODES[opts.mode](ctx, opts)
     result["world_size"] = ctx.world_size
@@ -106,4 +117,5 @@ if __name__ == "__main__":
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--csv", default="")
+    parser.add_argument("--timeout", type=int, default=60)
     run_main(main, parser, cleanup=teardown_distributed)

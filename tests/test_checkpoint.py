@@ -1,0 +1,133 @@
+"""Snapshots, resume, a killed worker, a hung peer, safe loading, predict."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import FAST_FLAGS, ROOT, SCRIPTS, run_script
+from partorch.checkpoint import CheckpointError, atomic_torch_save, load_model_dir, load_state
+from partorch.evaluation import predict_smiles
+
+DDP = SCRIPTS / "basic_neural_network_ddp.py"
+
+
+def _metrics(out):
+    m = json.loads((out / "metrics.json").read_text())
+    return {k: m[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed")} | {
+        "history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in m["history"]]}
+
+
+def _flags(epochs):
+    flags = list(FAST_FLAGS)
+    flags[flags.index("--epochs") + 1] = str(epochs)
+    return flags
+
+
+def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "last.pt"
+    atomic_torch_save({"epoch": 1}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        atomic_torch_save({"epoch": 2, "bad": Unpicklable()}, path)
+    assert load_state(path) == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "last.pt"
+    atomic_torch_save({"w": torch.ones(1000)}, path)
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match=f"{path}: corrupt"):
+        load_state(path)
+
+
+@pytest.mark.timeout(400)
+def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert run_script([DDP, bbbp_subset, "--output-dir", full, *_flags(3)], nproc=2).returncode == 0
+    assert run_script([DDP, bbbp_subset, "--output-dir", part, *_flags(1)], nproc=2).returncode == 0
+    resumed = run_script([DDP, bbbp_subset, "--output-dir", part, *_flags(3), "--resume"], nproc=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _metrics(full) == _metrics(part)
+    a, b = (torch.load(d / "best_model.pt", weights_only=True) for d in (full, part))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    snapshot = load_state(part / "checkpoints" / "last.pt")
+    assert snapshot["epoch"] == 3 and len(snapshot["rng"]) == 2
+
+
+@pytest.mark.timeout(400)
+def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "--max-restarts=1", str(DDP), str(bbbp_subset), "--output-dir", str(out), *_flags(6)]
+    agent = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    snapshot = out / "checkpoints" / "last.pt"
+    deadline = time.time() + 200
+    while not snapshot.exists() and time.time() < deadline and agent.poll() is None:
+        time.sleep(0.2)
+    assert snapshot.exists(), "no snapshot was written"
+    workers = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 2
+    os.kill(int(workers[-1]), signal.SIGKILL)
+    stdout, stderr = agent.communicate(timeout=300)
+    assert agent.returncode == 0, stderr[-3000:]
+    assert stdout.count("Final test ROC AUC:") == 1
+    log = (out / "logs" / "rank0.log").read_text()
+    assert "resumed from the snapshot after epoch" in log
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epochs_completed"] == 6 and [h["epoch"] for h in metrics["history"]] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.timeout(120)
+def test_hung_peer_ends_the_job_within_the_timeout(tmp_path):
+    started = time.time()
+    result = run_script([ROOT / "tests" / "ddp_worker.py", "peer_hangs", tmp_path, "--timeout", "5"], nproc=2,
+                        timeout=100)
+    assert result.returncode != 0 and time.time() - started < 90
+    assert "error: lost contact with another process" in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_subset):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = run_script([DDP, bbbp_subset, "--output-dir", blocker / "out", *FAST_FLAGS], nproc=2, timeout=100)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and all("is not writable" in e for e in errors)
+    assert "epoch 1" not in result.stderr
+
+
+@pytest.mark.timeout(200)
+def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
+    out = tmp_path / "run"
+    assert run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, "--output-dir", out, "--tokenizer", "bytes",
+                       *FAST_FLAGS]).returncode == 0
+    molecules = pd.read_csv(bbbp_subset).head(40)
+    molecules.loc[5, "smiles"] = "CCé"  # the bytes tokenizer cannot encode it
+    molecules.to_csv(tmp_path / "in.csv", index=False)
+    result = run_script([SCRIPTS / "predict.py", out, tmp_path / "in.csv", "--output", tmp_path / "p.csv"])
+    assert result.returncode == 0, result.stderr
+    assert "row 7: cannot encode 'CCé'" in result.stderr
+    predicted = pd.read_csv(tmp_path / "p.csv")
+    assert list(predicted["smiles"]) == list(molecules["smiles"])
+    model, tokenizer, _ = load_model_dir(out)
+    with torch.no_grad():
+        for i in (0, 1, 17, 39):
+            ids = torch.tensor([tokenizer.encode(molecules["smiles"][i])])
+            own = torch.sigmoid(model(ids, torch.tensor([ids.shape[1]]))).item()
+            assert abs(predicted["probability"][i] - own) < 1e-5
+    assert np.isnan(predicted["probability"][5])
+    assert predict_smiles(model, tokenizer, ["CCO", ""], "cpu")[1] == [(1, "empty SMILES")]
