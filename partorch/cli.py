@@ -17,9 +17,10 @@ import numpy as np
 import torch
 
 from .checkpoint import CheckpointError, atomic_write_json, ensure_writable_dir, load_state, save_model_dir
-from .data import DataError, MoleculeTable, Splits, read_smiles_csv, split_indices
+from .data import DataError, MoleculeTable, Splits, drop_rows, invalid_smiles_rows, read_smiles_csv, split_indices
 from .distributed import assert_same_on_all_ranks, broadcast_object
 from .errors import PartorchError
+from .plots import roc_figure, save_figure, training_curves_figure
 from .tokenizer import build_tokenizer
 
 log = logging.getLogger("partorch")
@@ -51,6 +52,8 @@ def build_parser(doc, default_output_dir):
     add("--tokenizer", choices=["smiles", "bytes"], default="smiles",
         help="atom-level SMILES regex or fixed ASCII bytes (default: %(default)s)")
     add("--strict", action="store_true", help="rows without a label are an error instead of being dropped")
+    add("--validate-smiles", action="store_true",
+        help="drop (with a warning naming the rows) SMILES that RDKit cannot parse; needs pip install -e '.[chem]'")
     add("--sampler", choices=["bucket", "random"], default="bucket",
         help="length-bucketed batches, or torch's DistributedSampler (default: %(default)s)")
     # -- optimisation
@@ -121,9 +124,11 @@ def _fail(message):
     sys.exit(2)
 
 
-def setup_logging(rank, quiet=False):
+def setup_logging(quiet=False, rank=None):
     """Console: rank 0 shows progress, every rank shows warnings, each line
-    tagged with its rank. Per-rank files are added by `prepare_output_dir`."""
+    tagged with its rank (torchrun's RANK unless given). Per-rank files are
+    added by `prepare_output_dir`."""
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter(f"[rank{rank}] %(message)s"))
     console.setLevel(logging.WARNING if quiet or rank != 0 else logging.INFO)
@@ -156,6 +161,8 @@ def prepare_data(args):
     stops all ranks the same way instead of leaving some waiting.
     """
     table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict)
+    if args.validate_smiles:
+        table = drop_rows(table, invalid_smiles_rows(table), "have SMILES that RDKit cannot parse")
     for warning in table.warnings:
         log.warning("warning: %s", warning)
     tokenizer = build_tokenizer(args.tokenizer, table.smiles)
@@ -230,6 +237,11 @@ def finish_run(*, args, result, test, tokenizer, writer, world_size, started):
     atomic_write_json(metrics, output / "metrics.json")
     writer.add_scalar("Loss/test", test.loss, result.best_epoch)
     writer.add_scalar("ROC_AUC/test", test.roc_auc, result.best_epoch)
+    writer.add_pr_curve("PR/test", test.labels, test.probabilities, result.best_epoch)
+    roc = roc_figure(test.labels, test.probabilities, f"Test ROC curve (AUC {test.roc_auc:.3f})")
+    roc.savefig(output / "roc_curve.png", dpi=110)
+    writer.add_figure("ROC/test", roc, result.best_epoch)  # also closes the figure
+    save_figure(training_curves_figure(result.history, result.best_epoch), output / "training_curves.png")
     flat = {**hparams.pop("model"), **hparams, "world_size": world_size}
     writer.add_hparams(flat, {"hparam/test_roc_auc": test.roc_auc, "hparam/best_dev_roc_auc": result.best_dev_roc_auc},
                        run_name="hparams")

@@ -41,7 +41,18 @@ def _first_rows(rows, limit=5):
     return shown + (f" (and {len(rows) - limit} more)" if len(rows) > limit else "")
 
 
+def _looks_binary(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False  # let pandas report why it cannot be read
+    return b"\0" in head
+
+
 def _read_frame(path):
+    if _looks_binary(path):
+        raise DataError(f"{path}: binary data, not a CSV text file")
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
@@ -97,6 +108,26 @@ def _conflict_warnings(path, smiles, labels):
     if conflicting:
         return [f"{path}: {conflicting} SMILES appear with both labels"]
     return []
+
+
+def invalid_smiles_rows(table):
+    """Rows whose SMILES RDKit cannot parse (needs the `chem` extra)."""
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError:
+        raise DataError("--validate-smiles needs RDKit: pip install -e '.[chem]'") from None
+    RDLogger.DisableLog("rdApp.*")  # we report bad rows ourselves, once
+    return [i for i, s in enumerate(table.smiles) if Chem.MolFromSmiles(s) is None]
+
+
+def drop_rows(table, positions, reason):
+    """The table without the molecules at `positions`, with a warning naming their rows."""
+    if not positions:
+        return table
+    keep = np.setdiff1d(np.arange(len(table.smiles)), positions)
+    warning = f"{len(positions)} rows {reason}, dropped: rows {_first_rows(table.rows[positions], 11)}"
+    return MoleculeTable([table.smiles[i] for i in keep], table.labels[keep], table.rows[keep],
+                         table.warnings + [warning])
 
 
 def split_indices(labels, seed, test_fraction=TEST_FRACTION, dev_fraction=DEV_FRACTION):

@@ -6,6 +6,7 @@ one in memory, so the same DDP code path runs unchanged.
 """
 from dataclasses import dataclass
 from datetime import timedelta
+import logging
 import os
 
 import torch
@@ -62,8 +63,11 @@ def setup_distributed(timeout_seconds=300):
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-    return DistContext(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
-                       local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), device=device, backend=backend)
+    ctx = DistContext(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
+                      local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), device=device, backend=backend)
+    logging.getLogger("partorch").info("process group: rank %d of %d (local rank %d), backend %s, device %s",
+                                       ctx.rank, ctx.world_size, ctx.local_rank, backend, device)
+    return ctx
 
 
 def _fresh_store_after_restart(timeout):

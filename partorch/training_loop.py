@@ -39,7 +39,7 @@ def set_epoch(loader, epoch):
             sampler.set_epoch(epoch)
 
 
-def train_one_epoch(model, optimizer, loader, device, global_batch_size, progress=False):
+def train_one_epoch(model, optimizer, loader, device, global_batch_size, progress=False, description="train"):
     """One pass over this rank's shard; returns (mean loss, samples) over all ranks."""
     model.train()
     # Each rank divides its summed loss by the per-rank batch; DDP then
@@ -48,7 +48,10 @@ def train_one_epoch(model, optimizer, loader, device, global_batch_size, progres
     per_rank_batch = global_batch_size // get_world_size()
     loss_sum = torch.zeros((), device=device)
     samples = torch.zeros((), device=device)
-    for tokens, lengths, labels in tqdm(loader, disable=not progress, leave=False, desc="train"):
+    # Counts molecules of all ranks (this rank's times the world size), so
+    # the rate it shows is the job's, not one rank's.
+    bar = tqdm(total=len(loader.dataset), disable=not progress, leave=False, desc=description, unit="mol")
+    for tokens, lengths, labels in loader:
         labels = labels.to(device, non_blocking=True)
         logits = model(tokens.to(device, non_blocking=True), lengths)
         loss = nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
@@ -58,6 +61,8 @@ def train_one_epoch(model, optimizer, loader, device, global_batch_size, progres
         # Accumulated on the device and read once per epoch: no host sync per step.
         loss_sum += loss.detach()
         samples += labels.numel()
+        bar.update(labels.numel() * get_world_size())
+    bar.close()
     totals = all_reduce_sum(torch.stack([loss_sum, samples]))
     return (totals[0] / totals[1]).item(), int(totals[1].item())
 
@@ -133,13 +138,16 @@ def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_
     else:
         best = TrainResult(best_state={}, best_epoch=0, best_dev_roc_auc=-1.0, epochs_completed=0,
                            train_samples_per_second=0.0)
+    log.info("training: up to %d epochs, global batch %d = %d processes x %d, %d batches per epoch",
+             epochs, global_batch_size, get_world_size(), global_batch_size // get_world_size(), len(train_loader))
     train_seconds, train_samples = 0.0, 0
     for epoch in range(best.epochs_completed + 1, epochs + 1):
         if patience and epoch - 1 - best.best_epoch >= patience:
             break
         set_epoch(train_loader, epoch)
         start = time.perf_counter()
-        train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, global_batch_size, progress)
+        train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, global_batch_size, progress,
+                                              description=f"epoch {epoch}/{epochs}")
         seconds = time.perf_counter() - start
         train_seconds, train_samples = train_seconds + seconds, train_samples + samples
         dev = evaluate_split(model, dev_loader, device, "dev split", sharded_eval)

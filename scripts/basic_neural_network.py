@@ -18,18 +18,18 @@ from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, ge
 
 def main(args):
     started = time.perf_counter()
+    setup_logging(args.quiet)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    setup_logging(0, args.quiet)
     set_cpu_threads(1, args.threads)
     seed_everything(args.seed)
     data = prepare_data(args)
-    prepare_output_dir(args.output_dir)
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
     train_loader = get_dataloader(**loader_args, indices=data.splits.train, shuffle=True, seed=args.seed)
     dev_loader = get_dataloader(**loader_args, indices=data.splits.dev)
     test_loader = get_dataloader(**loader_args, indices=data.splits.test)
+    prepare_output_dir(args.output_dir)
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

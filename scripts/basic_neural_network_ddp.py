@@ -22,13 +22,12 @@ from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, ge
 
 def main(args):
     started = time.perf_counter()
+    setup_logging(args.quiet)
     ctx = setup_distributed(args.dist_timeout)
     device, master_process = ctx.device, ctx.master_process
-    setup_logging(ctx.rank, args.quiet)
     set_cpu_threads(ctx.local_world_size, args.threads)
     seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
     data = prepare_data(args)
-    prepare_output_dir(args.output_dir, ctx.rank)
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
@@ -38,6 +37,7 @@ def main(args):
     eval_shard = dict(rank=ctx.rank, world_size=ctx.world_size) if args.distributed_eval else dict(rank=0, world_size=1)
     dev_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.dev)
     test_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.test)
+    prepare_output_dir(args.output_dir, ctx.rank)
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
     # DDP copies rank 0's weights to every rank and all-reduces gradients in backward().

@@ -99,3 +99,8 @@ def test_loaders_split_the_global_batch(sampler):
     assert max(len(b[2]) for b in single) == 20
     assert max(len(b[2]) for b in shard) == 10
     assert len(single) == len(shard) == 5
+
+
+def test_fewer_training_molecules_than_processes_is_refused():
+    with pytest.raises(DataError, match="3 training molecules are too few for 4 processes"):
+        LengthBucketBatchSampler(np.ones(3), 8, world_size=4, shuffle=True)
