@@ -170,7 +170,10 @@ def prepare_data(args):
     if bad_rows:
         raise DataError(f"{args.dataset}: the {args.tokenizer} tokenizer cannot encode the SMILES "
                         f"at rows {', '.join(map(str, bad_rows[:5]))}")
-    splits = split_indices(table.labels, args.seed)
+    try:
+        splits = split_indices(table.labels, args.seed)
+    except DataError as exc:
+        raise DataError(f"{args.dataset}: {exc}") from None
     assert_same_on_all_ranks({
         "split": _digest([splits.train.tolist(), splits.dev.tolist(), splits.test.tolist()]),
         "vocabulary": _digest(tokenizer.to_dict())})
@@ -185,7 +188,8 @@ def prepare_output_dir(path, rank=0):
     error = None
     if rank == 0:
         try:
-            ensure_writable_dir(Path(path) / "logs")
+            ensure_writable_dir(path)
+            (Path(path) / "logs").mkdir(exist_ok=True)
         except PartorchError as exc:
             error = str(exc)
     error = broadcast_object(error)
