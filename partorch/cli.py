@@ -18,7 +18,7 @@ import torch
 
 from .checkpoint import CheckpointError, atomic_write_json, ensure_writable_dir, load_state, save_model_dir
 from .data import DataError, MoleculeTable, Splits, drop_rows, invalid_smiles_rows, read_smiles_csv, split_indices
-from .distributed import assert_same_on_all_ranks, broadcast_object
+from .distributed import assert_same_on_all_ranks, check_on_all_ranks
 from .errors import PartorchError
 from .plots import roc_figure, save_figure, training_curves_figure
 from .tokenizer import build_tokenizer
@@ -182,23 +182,23 @@ def prepare_data(args):
     return PreparedData(table, splits, tokenizer)
 
 
-def prepare_output_dir(path, rank=0):
-    """Rank 0 creates the folder (once, no race); every rank learns whether
-    that worked, then logs to its own `logs/rank{r}.log` inside it."""
-    error = None
-    if rank == 0:
-        try:
-            ensure_writable_dir(path)
-            (Path(path) / "logs").mkdir(exist_ok=True)
-        except PartorchError as exc:
-            error = str(exc)
-    error = broadcast_object(error)
-    if error:
-        raise PartorchError(error)
-    handler = logging.FileHandler(Path(path) / "logs" / f"rank{rank}.log", mode="w")
+def prepare_output_dir(path, rank=0, local_rank=0):
+    """Create the output folder once, then start this rank's log file in it.
+
+    Rank 0 creates the folder and proves it writable; local rank 0 on every
+    node creates `logs/` (a no-op on a shared file system, needed on a
+    node-local one). Every rank learns about any failure in one collective,
+    so none is left waiting for a rank that already gave up.
+    """
+    path = Path(path)
+    check_on_all_ranks(lambda: ensure_writable_dir(path) if rank == 0 else None)
+    check_on_all_ranks(lambda: ensure_writable_dir(path / "logs") if local_rank == 0 else None)
+    handler = logging.FileHandler(path / "logs" / f"rank{rank}.log", mode="a")
     handler.setFormatter(logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(message)s"))
     handler.setLevel(logging.INFO)
     log.addHandler(handler)
+    if local_rank == 0:
+        log.info("output folder %s ready on this node", path)
 
 
 def model_hparams(args):

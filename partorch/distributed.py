@@ -122,6 +122,22 @@ def all_gather_object(obj):
     return gathered
 
 
+def check_on_all_ranks(work):
+    """Run `work` here; if it raised a PartorchError on any rank, raise it on all.
+
+    For work some ranks do and others wait for: a plain barrier would leave
+    the waiting ranks hanging when the working rank fails.
+    """
+    try:
+        work()
+        error = None
+    except PartorchError as exc:
+        error = str(exc)
+    errors = [e for e in all_gather_object(error) if e]
+    if errors:
+        raise PartorchError(errors[0])
+
+
 def assert_same_on_all_ranks(digests):
     """Stop every rank if any rank computed a different digest.
 

@@ -39,29 +39,37 @@ def set_epoch(loader, epoch):
             sampler.set_epoch(epoch)
 
 
+def train_step(model, optimizer, batch, device, per_rank_batch):
+    """One optimisation step; returns the batch's summed loss, still on the device.
+
+    Each rank divides its summed loss by the per-rank batch; DDP then averages
+    gradients over ranks, so the step equals one process taking the global
+    batch (a smaller last batch is weighted by its size).
+    """
+    tokens, lengths, labels = batch
+    labels = labels.to(device, non_blocking=True)
+    logits = model(tokens.to(device, non_blocking=True), lengths)
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+    optimizer.zero_grad(set_to_none=True)
+    (loss / per_rank_batch).backward()
+    optimizer.step()
+    return loss.detach()
+
+
 def train_one_epoch(model, optimizer, loader, device, global_batch_size, progress=False, description="train"):
     """One pass over this rank's shard; returns (mean loss, samples) over all ranks."""
     model.train()
-    # Each rank divides its summed loss by the per-rank batch; DDP then
-    # averages gradients over ranks, so the step equals one process taking
-    # the global batch (the last, smaller batch is weighted by its size).
     per_rank_batch = global_batch_size // get_world_size()
     loss_sum = torch.zeros((), device=device)
     samples = torch.zeros((), device=device)
     # Counts molecules of all ranks (this rank's times the world size), so
     # the rate it shows is the job's, not one rank's.
     bar = tqdm(total=len(loader.dataset), disable=not progress, leave=False, desc=description, unit="mol")
-    for tokens, lengths, labels in loader:
-        labels = labels.to(device, non_blocking=True)
-        logits = model(tokens.to(device, non_blocking=True), lengths)
-        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
-        optimizer.zero_grad(set_to_none=True)
-        (loss / per_rank_batch).backward()
-        optimizer.step()
+    for batch in loader:
         # Accumulated on the device and read once per epoch: no host sync per step.
-        loss_sum += loss.detach()
-        samples += labels.numel()
-        bar.update(labels.numel() * get_world_size())
+        loss_sum += train_step(model, optimizer, batch, device, per_rank_batch)
+        samples += len(batch[2])
+        bar.update(len(batch[2]) * get_world_size())
     bar.close()
     totals = all_reduce_sum(torch.stack([loss_sum, samples]))
     return (totals[0] / totals[1]).item(), int(totals[1].item())

@@ -37,7 +37,7 @@ def main(args):
     eval_shard = dict(rank=ctx.rank, world_size=ctx.world_size) if args.distributed_eval else dict(rank=0, world_size=1)
     dev_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.dev)
     test_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.test)
-    prepare_output_dir(args.output_dir, ctx.rank)
+    prepare_output_dir(args.output_dir, ctx.rank, ctx.local_rank)
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
     # DDP copies rank 0's weights to every rank and all-reduces gradients in backward().

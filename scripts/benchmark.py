@@ -1,0 +1,255 @@
+"""Training throughput on this machine: partorch against the tutorial's loop,
+and against itself on 1, 2, ... processes.
+
+    python scripts/benchmark.py --reference                      # BBBP and HIV, writes docs/benchmarks.md
+    python scripts/benchmark.py --datasets my.csv --label-column y --steps 10
+
+For each data set it launches, via torchrun, a fixed number of training steps
+of the default model on 1 process with all cores, then 1, 2, ... processes of
+one thread each (or one per GPU), and with --reference the tutorial's data
+path and loop on 1 process. Reported: samples/s, tokens/s, model FLOP/s, MFU
+against a float32 matmul peak measured in the same run, and peak memory per
+process. Figures are whatever this machine does while it runs: compare the
+ratios within one run.
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATASETS = [("dataset/BBBP.csv", "smiles", "p_np"), ("../shared/datasets/HIV.csv", "smiles", "HIV_active")]
+MODEL = dict(embedding_dim=128, d_model=128, num_layers=3, bidirectional=True)
+
+
+def lstm_training_flops(tokens, embedding_dim, d_model, num_layers, bidirectional, **_):
+    """Matmul FLOPs to train on `tokens` real tokens: forward, plus twice that backward."""
+    directions = 2 if bidirectional else 1
+    per_token = sum(directions * 2 * 4 * d_model * ((embedding_dim if layer == 0 else directions * d_model) + d_model)
+                    for layer in range(num_layers))
+    return 3 * per_token * tokens
+
+
+def matmul_peak(threads, size=1024, repeats=20):
+    """Best float32 matmul FLOP/s with this many threads."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = 0.0
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = max(best, 2 * size ** 3 * repeats / (time.perf_counter() - start))
+    return best
+
+
+# ---------------------------------------------------------------- worker side
+def worker(args):
+    from partorch import SmilesTokenizer, read_smiles_csv, split_indices
+    from partorch.distributed import all_gather_object, all_reduce_sum, setup_distributed, teardown_distributed
+
+    ctx = setup_distributed()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column)
+    train = split_indices(table.labels, seed=0).train
+    tokenizer = SmilesTokenizer.build(table.smiles)
+    smiles, labels = [table.smiles[i] for i in train], table.labels[train]
+    setup = reference_setup if args.reference else partorch_setup
+    steps_per_epoch, batches, step = setup(args, ctx, smiles, labels, tokenizer)
+
+    def run(steps):
+        loss, samples, tokens = 0.0, 0, 0
+        for _, batch in zip(range(steps), batches):
+            loss = loss + step(batch)
+            samples, tokens = samples + len(batch[2]), tokens + int(batch[1].sum())
+        float(loss)  # the one host sync: the device must finish before the clock stops
+        return samples, tokens
+
+    run(args.warmup)
+    start = time.perf_counter()
+    samples, tokens = run(args.steps)
+    seconds = max(all_gather_object(time.perf_counter() - start))
+    totals = all_reduce_sum(torch.tensor([samples, tokens], dtype=torch.float64))
+    memory_mb = all_gather_object(peak_memory_mb(ctx.device))
+    if ctx.rank == 0:
+        Path(args.out).write_text(json.dumps(dict(
+            samples=totals[0].item(), tokens=totals[1].item(), seconds=seconds, steps=args.steps,
+            steps_per_epoch=steps_per_epoch, peak_memory_mb=memory_mb)))
+    teardown_distributed()
+
+
+def partorch_setup(args, ctx, smiles, labels, tokenizer):
+    from torch.nn.parallel import DistributedDataParallel
+    from partorch import RNNPredictor, get_ddp_dataloader
+    from partorch.training_loop import set_epoch, train_step
+
+    loader = get_ddp_dataloader(rank=ctx.rank, world_size=ctx.world_size, smiles_list=smiles, labels=labels,
+                                tokenizer=tokenizer, batch_size=args.batch_size, shuffle=True)
+    model = DistributedDataParallel(RNNPredictor(tokenizer.vocab_size, **MODEL).to(ctx.device))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def batches():
+        for epoch in range(10 ** 6):
+            set_epoch(loader, epoch)
+            yield from loader
+
+    per_rank = args.batch_size // ctx.world_size
+    return len(loader), batches(), lambda batch: train_step(model, optimizer, batch, ctx.device, per_rank)
+
+
+def reference_setup(args, ctx, smiles, labels, tokenizer):
+    from torch.utils.tensorboard import SummaryWriter
+    from tutorial_reference import PackedRNNPredictor, reference_batches, reference_step
+
+    model = PackedRNNPredictor(tokenizer.vocab_size, **MODEL)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    writer = SummaryWriter(tempfile.mkdtemp(prefix="reference-tb-"))
+    counter = iter(range(10 ** 9))
+    batches = reference_batches(smiles, labels, tokenizer, batch_size=args.batch_size, num_workers=2)
+    return (-(-len(smiles) // args.batch_size), batches,
+            lambda batch: reference_step(model, optimizer, batch, writer, next(counter)))
+
+
+def peak_memory_mb(device):
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+# ---------------------------------------------------------------- driver side
+def launch(args, dataset, procs, threads, reference=False, batch_size=None):
+    """One torchrun job; its result as a dict (with the configuration added)."""
+    path, smiles_column, label_column = dataset
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}",
+                   __file__, "--worker", "--dataset", path, "--smiles-column", smiles_column,
+                   "--label-column", label_column, "--threads", str(threads), "--out", str(out),
+                   "--steps", str(args.reference_steps if reference else args.steps),
+                   "--warmup", str(1 if reference else args.warmup),
+                   "--batch-size", str(batch_size or args.batch_size)] + (["--reference"] if reference else [])
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"error: benchmark job failed ({' '.join(command[3:6])}):\n{done.stderr[-2000:]}")
+        result = json.loads(out.read_text())
+    result.update(dataset=Path(path).name, procs=procs, threads=threads, reference=reference)
+    result["samples_per_second"] = result["samples"] / result["seconds"]
+    result["tokens_per_second"] = result["tokens"] / result["seconds"]
+    result["flops_per_second"] = lstm_training_flops(result["tokens"], **MODEL) / result["seconds"]
+    result["epoch_seconds"] = result["seconds"] / result["steps"] * result["steps_per_epoch"]
+    print(f"{result['dataset']:>9} {'tutorial' if reference else 'partorch':>8} {procs} proc x {threads} thr: "
+          f"{result['samples_per_second']:8.1f} samples/s", flush=True)
+    return result
+
+
+def configurations(max_procs, cores):
+    """(procs, threads): all cores in one process, then 1..N processes of one thread."""
+    configs = [(1, cores)] if cores > 1 else []
+    return configs + [(p, 1) for p in range(1, max_procs + 1)]
+
+
+def markdown_report(results, peaks, args, command):
+    cores = os.cpu_count()
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
+    lines = ["# Training throughput", "",
+             f"Machine: {cpu}, {cores} cores, {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'};"
+             f" torch {torch.__version__}, Python {platform.python_version()}.", "",
+             f"Command: `{command}`", "",
+             f"Model: 3-layer bidirectional LSTM, embedding 128, hidden 128. partorch: global batch {args.batch_size},"
+             f" length-bucketed, {args.steps} timed steps after {args.warmup} warm-up steps. Tutorial reference:"
+             f" batches of {args.reference_batch_size}, packed sequences, 2 DataLoader workers re-spawned every epoch,"
+             f" `loss.item()` and a TensorBoard write every step, {args.reference_steps} timed steps.", "",
+             "Float32 matmul peak measured in this run: " + ", ".join(
+                 f"{t} thread{'s' if t > 1 else ''}: {p / 1e9:.1f} GFLOP/s" for t, p in sorted(peaks.items())) + ".",
+             "MFU = model FLOP/s (matmul FLOPs of the LSTM on real tokens, x3 for training) / the peak of the"
+             " cores the configuration uses.", "",
+             "| data | loop | processes x threads | samples/s | tokens/s | GFLOP/s | MFU | epoch (s) | peak MB / process | vs 1 process x 1 thread |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        base = next((b for b in results if b["dataset"] == r["dataset"] and not b["reference"]
+                     and b["procs"] == 1 and b["threads"] == 1), r)
+        used = min(r["procs"] * r["threads"], cores)
+        peak = peaks.get(used) or peaks[max(peaks)]
+        lines.append(f"| {r['dataset']} | {'tutorial' if r['reference'] else 'partorch'} | {r['procs']} x {r['threads']} "
+                     f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | {r['flops_per_second'] / 1e9:.2f} "
+                     f"| {100 * r['flops_per_second'] / peak:.0f} % | {r['epoch_seconds']:.1f} "
+                     f"| {', '.join(f'{m:.0f}' for m in r['peak_memory_mb'])} "
+                     f"| {r['samples_per_second'] / base['samples_per_second']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(5.5, 4))
+    for name in sorted({r["dataset"] for r in results}):
+        rows = sorted((r for r in results if r["dataset"] == name and not r["reference"] and r["threads"] == 1),
+                      key=lambda r: r["procs"])
+        procs = [r["procs"] for r in rows]
+        line, = ax.plot(procs, [r["samples_per_second"] for r in rows], marker="o", label=name)
+        ax.plot(procs, [rows[0]["samples_per_second"] * p for p in procs], linestyle="--", color=line.get_color(),
+                alpha=0.6, label=f"{name}, ideal")
+    ax.set(xlabel="processes (1 thread each)", ylabel="training samples / s", title="Data-parallel scaling")
+    ax.set_xticks(sorted({r["procs"] for r in results}))
+    ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", help="CSV files (default: dataset/BBBP.csv and ../shared/datasets/HIV.csv)")
+    parser.add_argument("--smiles-column", default="smiles")
+    parser.add_argument("--label-column", help="label column of --datasets (default: p_np)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=64, help="global batch (default: %(default)s)")
+    parser.add_argument("--max-procs", type=int, default=torch.cuda.device_count() or os.cpu_count())
+    parser.add_argument("--reference", action="store_true", help="also time the tutorial's loop (first data set only)")
+    parser.add_argument("--reference-steps", type=int, default=6, help="(default: %(default)s, one BBBP epoch)")
+    parser.add_argument("--reference-batch-size", type=int, default=256)
+    parser.add_argument("--output-dir", default="docs", help="where benchmarks.md and the plot go (default: %(default)s)")
+    # the worker side, launched by torchrun
+    for flag in ("--dataset", "--out"):
+        parser.add_argument(flag, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    datasets = ([(d, args.smiles_column, args.label_column or "p_np") for d in args.datasets]
+                if args.datasets else DEFAULT_DATASETS)
+    cores = os.cpu_count()
+    peaks = {t: matmul_peak(t) for t in sorted({1, cores})}
+    results = []
+    if args.reference:
+        results.append(launch(args, datasets[0], 1, cores, reference=True, batch_size=args.reference_batch_size))
+    for dataset in datasets:
+        results += [launch(args, dataset, p, t) for p, t in configurations(args.max_procs, cores)]
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    command = "python scripts/benchmark.py " + " ".join(sys.argv[1:])
+    (output / "benchmarks.md").write_text(markdown_report(results, peaks, args, command)
+                                          + "\n![scaling](benchmark_scaling.png)\n")
+    (output / "benchmarks.json").write_text(json.dumps(dict(peaks=peaks, results=results), indent=1))
+    plot(results, output / "benchmark_scaling.png")
+    print(f"wrote {output / 'benchmarks.md'} and {output / 'benchmark_scaling.png'}")
+
+
+if __name__ == "__main__":
+    main()

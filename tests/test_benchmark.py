@@ -1,0 +1,21 @@
+"""The benchmark runs end to end on a tiny setting; no timing is asserted."""
+import json
+
+import pytest
+
+from conftest import SCRIPTS, run_script
+
+
+@pytest.mark.timeout(300)
+def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
+    out = tmp_path / "docs"
+    result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "2", "--warmup", "1",
+                         "--reference", "--reference-steps", "1", "--max-procs", "2", "--output-dir", out], timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (out / "benchmarks.md").read_text()
+    assert "| bbbp300.csv | tutorial | 1 x" in report and "| bbbp300.csv | partorch | 2 x 1 |" in report
+    assert (out / "benchmark_scaling.png").stat().st_size > 1000
+    results = json.loads((out / "benchmarks.json").read_text())["results"]
+    assert {(r["procs"], r["reference"]) for r in results} >= {(1, True), (1, False), (2, False)}
+    assert all(r["samples"] > 0 and r["tokens"] > r["samples"] and len(r["peak_memory_mb"]) == r["procs"]
+               for r in results)
