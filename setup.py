@@ -7,5 +7,5 @@ setup(
     packages=find_packages(include=["partorch", "partorch.*"]),
     python_requires=">=3.9",
     install_requires=["torch>=2.2", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],
-    extras_require={"test": ["pytest", "pytest-timeout", "rdkit"], "chem": ["rdkit"]},
+    extras_require={"test": ["pytest", "pytest-timeout", "rdkit", "nbclient", "nbformat", "ipykernel"], "chem": ["rdkit"]},
 )
