@@ -63,6 +63,11 @@ def build_parser(doc, default_output_dir):
     add("--batch-size", type=_positive(int), default=64,
         help="GLOBAL batch: each of N processes takes batch/N molecules (default: %(default)s)")
     add("--lr", type=_positive(float), default=1e-3, help="AdamW learning rate (default: %(default)s)")
+    add("--accumulate", type=_positive(int), default=1,
+        help="cut each rank's share of a batch into this many micro-batches, all-reducing once per step: "
+             "less memory, same global batch (default: %(default)s)")
+    add("--amp", choices=["off", "bf16", "fp16"], default="off",
+        help="mixed precision: bf16 on CPU or GPU, fp16 on GPU with loss scaling (default: %(default)s)")
     add("--weight-decay", type=float, default=1e-4, help="AdamW weight decay (default: %(default)s)")
     add("--random-seed", "--seed", dest="seed", type=int, default=1729,
         help="seed for split, initialisation and batch order (default: %(default)s)")
@@ -80,6 +85,8 @@ def build_parser(doc, default_output_dir):
         help="DataLoader worker processes; the data is pre-tokenized, so 0 is usually fastest (default: %(default)s)")
     add("--threads", type=_positive(int), default=None,
         help="CPU threads per process (default: available cores / processes on this host)")
+    add("--bucket-mb", type=_positive(int), default=25,
+        help="DDP gradient bucket size in MB; smaller buckets start all-reducing earlier in backward (default: %(default)s)")
     add("--dist-timeout", type=_positive(int), default=300,
         help="seconds any collective may wait for a peer before failing (default: %(default)s)")
     add("--distributed-eval", action="store_true",

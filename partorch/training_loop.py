@@ -4,6 +4,7 @@ It works on a plain module or a DDP-wrapped one. Loss and throughput are
 summed over all ranks; the dev set is scored on rank 0 only and the result is
 broadcast, so every rank makes the same keep-best and early-stopping choice.
 """
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 import logging
 import time
@@ -16,6 +17,7 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError, atomic_torch_save, capture_rng, restore_rng
 from .distributed import (all_gather_object, all_reduce_sum, barrier, broadcast_object, get_rank, get_world_size,
                           is_master_process, unwrap)
+from .errors import PartorchError
 from .evaluation import EvaluationError, evaluate, predict, score
 
 log = logging.getLogger("partorch")
@@ -39,27 +41,64 @@ def set_epoch(loader, epoch):
             sampler.set_epoch(epoch)
 
 
-def train_step(model, optimizer, batch, device, per_rank_batch):
+@dataclass
+class StepOptions:
+    """How one optimisation step runs on this rank.
+
+    per_rank_batch: the global batch / world size; losses are divided by it.
+    accumulate: micro-batches per step (each rank's slice is cut in this many
+        pieces; only the last one all-reduces gradients), for when a batch
+        does not fit in memory. The global batch keeps its meaning.
+    amp: "off", "bf16" (CPU or CUDA) or "fp16" (CUDA, with loss scaling).
+    """
+    per_rank_batch: int
+    accumulate: int = 1
+    amp: str = "off"
+    scaler: object = field(init=False)
+
+    def __post_init__(self):
+        self.scaler = torch.amp.GradScaler(enabled=self.amp == "fp16")
+
+    def autocast(self, device):
+        dtype = torch.float16 if self.amp == "fp16" else torch.bfloat16
+        return torch.autocast(device.type, dtype=dtype, enabled=self.amp != "off")
+
+
+def _micro_batches(batch, pieces):
+    tokens, lengths, labels = batch
+    for t, n, y in zip(*(torch.tensor_split(x, pieces) for x in (tokens, lengths, labels))):
+        if len(n):
+            yield t[:, : int(n.max())], n, y
+
+
+def train_step(model, optimizer, batch, device, options):
     """One optimisation step; returns the batch's summed loss, still on the device.
 
     Each rank divides its summed loss by the per-rank batch; DDP then averages
     gradients over ranks, so the step equals one process taking the global
     batch (a smaller last batch is weighted by its size).
     """
-    tokens, lengths, labels = batch
-    labels = labels.to(device, non_blocking=True)
-    logits = model(tokens.to(device, non_blocking=True), lengths)
-    loss = nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
     optimizer.zero_grad(set_to_none=True)
-    (loss / per_rank_batch).backward()
-    optimizer.step()
-    return loss.detach()
+    pieces = list(_micro_batches(batch, options.accumulate))
+    total = torch.zeros((), device=device)
+    for i, (tokens, lengths, labels) in enumerate(pieces):
+        # Only the last micro-batch all-reduces: the others just add to .grad.
+        last = i == len(pieces) - 1
+        with nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync():
+            with options.autocast(device):
+                logits = model(tokens.to(device, non_blocking=True), lengths)
+            labels = labels.to(device, non_blocking=True)
+            loss = nn.functional.binary_cross_entropy_with_logits(logits.float(), labels, reduction="sum")
+            options.scaler.scale(loss / options.per_rank_batch).backward()
+        total += loss.detach()
+    options.scaler.step(optimizer)
+    options.scaler.update()
+    return total
 
 
-def train_one_epoch(model, optimizer, loader, device, global_batch_size, progress=False, description="train"):
+def train_one_epoch(model, optimizer, loader, device, options, progress=False, description="train"):
     """One pass over this rank's shard; returns (mean loss, samples) over all ranks."""
     model.train()
-    per_rank_batch = global_batch_size // get_world_size()
     loss_sum = torch.zeros((), device=device)
     samples = torch.zeros((), device=device)
     # Counts molecules of all ranks (this rank's times the world size), so
@@ -67,7 +106,7 @@ def train_one_epoch(model, optimizer, loader, device, global_batch_size, progres
     bar = tqdm(total=len(loader.dataset), disable=not progress, leave=False, desc=description, unit="mol")
     for batch in loader:
         # Accumulated on the device and read once per epoch: no host sync per step.
-        loss_sum += train_step(model, optimizer, batch, device, per_rank_batch)
+        loss_sum += train_step(model, optimizer, batch, device, options)
         samples += len(batch[2])
         bar.update(len(batch[2]) * get_world_size())
     bar.close()
@@ -134,7 +173,7 @@ def restore_snapshot(state, *, model, optimizer):
 
 
 def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_batch_size,
-          patience=None, writer=None, progress=False, sharded_eval=False,
+          patience=None, writer=None, progress=False, sharded_eval=False, accumulate=1, amp="off",
           snapshot_path=None, snapshot_extra=None, resume_from=None):
     """Train, score dev each epoch, keep the best weights (a state-dict copy).
 
@@ -146,15 +185,19 @@ def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_
     else:
         best = TrainResult(best_state={}, best_epoch=0, best_dev_roc_auc=-1.0, epochs_completed=0,
                            train_samples_per_second=0.0)
-    log.info("training: up to %d epochs, global batch %d = %d processes x %d, %d batches per epoch",
-             epochs, global_batch_size, get_world_size(), global_batch_size // get_world_size(), len(train_loader))
+    if amp == "fp16" and device.type != "cuda":
+        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+    options = StepOptions(global_batch_size // get_world_size(), accumulate, amp)
+    log.info("training: up to %d epochs, global batch %d = %d processes x %d (in %d micro-batches), "
+             "%d steps per epoch, precision %s", epochs, global_batch_size, get_world_size(),
+             options.per_rank_batch, accumulate, len(train_loader), amp)
     train_seconds, train_samples = 0.0, 0
     for epoch in range(best.epochs_completed + 1, epochs + 1):
         if patience and epoch - 1 - best.best_epoch >= patience:
             break
         set_epoch(train_loader, epoch)
         start = time.perf_counter()
-        train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, global_batch_size, progress,
+        train_loss, samples = train_one_epoch(model, optimizer, train_loader, device, options, progress,
                                               description=f"epoch {epoch}/{epochs}")
         seconds = time.perf_counter() - start
         train_seconds, train_samples = train_seconds + seconds, train_samples + samples

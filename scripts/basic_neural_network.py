@@ -38,6 +38,7 @@ def main(args):
     checkpointing = prepare_checkpointing(args, data.tokenizer, device)
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
+                   accumulate=args.accumulate, amp=args.amp,
                    writer=writer, progress=not args.quiet, **checkpointing)
     model.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split")

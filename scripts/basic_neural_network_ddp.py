@@ -41,13 +41,15 @@ def main(args):
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
     # DDP copies rank 0's weights to every rank and all-reduces gradients in backward().
-    model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                    gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     writer = SummaryWriter(args.output_dir) if master_process else None  # one writer for the whole job
 
     checkpointing = prepare_checkpointing(args, data.tokenizer, device)
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
+                   accumulate=args.accumulate, amp=args.amp,
                    writer=writer, progress=master_process and not args.quiet, sharded_eval=args.distributed_eval,
                    **checkpointing)
     model.module.load_state_dict(result.best_state)

@@ -90,7 +90,7 @@ def worker(args):
 def partorch_setup(args, ctx, smiles, labels, tokenizer):
     from torch.nn.parallel import DistributedDataParallel
     from partorch import RNNPredictor, get_ddp_dataloader
-    from partorch.training_loop import set_epoch, train_step
+    from partorch.training_loop import StepOptions, set_epoch, train_step
 
     loader = get_ddp_dataloader(rank=ctx.rank, world_size=ctx.world_size, smiles_list=smiles, labels=labels,
                                 tokenizer=tokenizer, batch_size=args.batch_size, shuffle=True)
@@ -103,8 +103,8 @@ def partorch_setup(args, ctx, smiles, labels, tokenizer):
             set_epoch(loader, epoch)
             yield from loader
 
-    per_rank = args.batch_size // ctx.world_size
-    return len(loader), batches(), lambda batch: train_step(model, optimizer, batch, ctx.device, per_rank)
+    options = StepOptions(args.batch_size // ctx.world_size, amp=args.amp)
+    return len(loader), batches(), lambda batch: train_step(model, optimizer, batch, ctx.device, options)
 
 
 def reference_setup(args, ctx, smiles, labels, tokenizer):
@@ -137,7 +137,7 @@ def launch(args, dataset, procs, threads, reference=False, batch_size=None):
                    "--label-column", label_column, "--threads", str(threads), "--out", str(out),
                    "--steps", str(args.reference_steps if reference else args.steps),
                    "--warmup", str(1 if reference else args.warmup),
-                   "--batch-size", str(batch_size or args.batch_size)] + (["--reference"] if reference else [])
+                   "--batch-size", str(batch_size or args.batch_size), "--amp", args.amp] + (["--reference"] if reference else [])
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:
@@ -219,6 +219,7 @@ def main():
     parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=64, help="global batch (default: %(default)s)")
+    parser.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off", help="partorch precision (default: %(default)s)")
     parser.add_argument("--max-procs", type=int, default=torch.cuda.device_count() or os.cpu_count())
     parser.add_argument("--reference", action="store_true", help="also time the tutorial's loop (first data set only)")
     parser.add_argument("--reference-steps", type=int, default=6, help="(default: %(default)s, one BBBP epoch)")

@@ -15,7 +15,7 @@ from conftest import synthetic_molecules  # noqa: E402
 from partorch import (RNNPredictor, SmilesTokenizer, build_parser, evaluate_split, get_ddp_dataloader,  # noqa: E402
                       prepare_data, run_main, setup_distributed, teardown_distributed)
 from partorch.distributed import all_reduce_sum  # noqa: E402
-from partorch.training_loop import set_epoch, train_one_epoch  # noqa: E402
+from partorch.training_loop import StepOptions, set_epoch, train_one_epoch  # noqa: E402
 
 
 def tiny_model(vocab_size, seed=0):
@@ -48,7 +48,8 @@ def uneven_training(ctx, opts):
     for epoch in (1, 2):
         set_epoch(loader, epoch)
         steps.append(len(loader))
-        loss, samples = train_one_epoch(model, optimizer, loader, ctx.device, opts.batch_size)
+        loss, samples = train_one_epoch(model, optimizer, loader, ctx.device,
+                                        StepOptions(opts.batch_size // ctx.world_size))
     return {"steps": steps, "samples": samples, "loss": loss}
 
 
@@ -58,9 +59,10 @@ def parity(ctx, opts):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for epoch in range(1, opts.epochs + 1):
         set_epoch(loader, epoch)
-        train_one_epoch(model, optimizer, loader, ctx.device, opts.batch_size)
+        train_one_epoch(model, optimizer, loader, ctx.device,
+                        StepOptions(opts.batch_size // ctx.world_size, accumulate=opts.accumulate))
     if ctx.rank == 0:
-        torch.save(model.module.state_dict(), Path(opts.out) / f"params_world{ctx.world_size}.pt")
+        torch.save(model.module.state_dict(), Path(opts.out) / f"params_world{ctx.world_size}_acc{opts.accumulate}.pt")
     return {"steps": len(loader) * opts.epochs}
 
 
@@ -118,4 +120,5 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--csv", default="")
     parser.add_argument("--timeout", type=int, default=60)
+    parser.add_argument("--accumulate", type=int, default=1)
     run_main(main, parser, cleanup=teardown_distributed)

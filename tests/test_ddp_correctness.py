@@ -42,16 +42,18 @@ def test_uneven_shards_finish_with_equal_step_counts(tmp_path, nproc, n, batch_s
     assert len({r["loss"] for r in ranks}) == 1  # the same aggregated loss on every rank
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(300)
 def test_two_ranks_take_the_same_steps_as_one_process(tmp_path):
     options = ["--count", "100", "--batch-size", "16", "--epochs", "2"]
     one, _ = run_worker("parity", tmp_path, 1, *options)
     two, _ = run_worker("parity", tmp_path, 2, *options)
+    two_accumulating, _ = run_worker("parity", tmp_path, 2, *options, "--accumulate", "2")
     assert one[0]["steps"] == two[0]["steps"] == 12  # 6 full batches an epoch; the 4 left over join the last
-    single = torch.load(tmp_path / "params_world1.pt", weights_only=True)
-    double = torch.load(tmp_path / "params_world2.pt", weights_only=True)
-    for name, value in single.items():
-        assert torch.allclose(value, double[name], atol=1e-5, rtol=0), name
+    single = torch.load(tmp_path / "params_world1_acc1.pt", weights_only=True)
+    for other in ("params_world2_acc1.pt", "params_world2_acc2.pt"):
+        double = torch.load(tmp_path / other, weights_only=True)
+        for name, value in single.items():
+            assert torch.allclose(value, double[name], atol=1e-5, rtol=0), (other, name)
 
 
 @pytest.mark.timeout(150)
