@@ -37,9 +37,9 @@ def main(args):
 
     checkpointing = prepare_checkpointing(args, data.tokenizer, device)
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
-                   epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
-                   accumulate=args.accumulate, amp=args.amp,
-                   writer=writer, progress=not args.quiet, **checkpointing)
+                   epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
+                   accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
+                   progress=not args.quiet, **checkpointing)
     model.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split")
     finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,

@@ -48,10 +48,9 @@ def main(args):
 
     checkpointing = prepare_checkpointing(args, data.tokenizer, device)
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
-                   epochs=args.epochs, patience=args.patience, device=device, global_batch_size=args.batch_size,
-                   accumulate=args.accumulate, amp=args.amp,
-                   writer=writer, progress=master_process and not args.quiet, sharded_eval=args.distributed_eval,
-                   **checkpointing)
+                   epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
+                   accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
+                   progress=master_process and not args.quiet, sharded_eval=args.distributed_eval, **checkpointing)
     model.module.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval)
     if master_process:
