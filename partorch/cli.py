@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .checkpoint import CheckpointError, atomic_write_json, ensure_writable_dir, load_state, save_model_dir
-from .data import DataError, MoleculeTable, Splits, drop_rows, invalid_smiles_rows, read_smiles_csv, split_indices
+from .data import SPLITS, DataError, MoleculeTable, Splits, drop_rows, invalid_smiles_rows, read_smiles_csv, split_indices
 from .distributed import assert_same_on_all_ranks, check_on_all_ranks
 from .errors import PartorchError
 from .plots import roc_figure, save_figure, training_curves_figure
@@ -52,6 +52,9 @@ def build_parser(doc, default_output_dir):
     add("--tokenizer", choices=["smiles", "bytes"], default="smiles",
         help="atom-level SMILES regex or fixed ASCII bytes (default: %(default)s)")
     add("--strict", action="store_true", help="rows without a label are an error instead of being dropped")
+    add("--split", choices=SPLITS, default="stratified",
+        help="stratified (10 %% test, 20 %% of the rest dev), random, or scaffold (Bemis-Murcko groups, "
+             "largest to train; needs RDKit) (default: %(default)s)")
     add("--validate-smiles", action="store_true",
         help="drop (with a warning naming the rows) SMILES that RDKit cannot parse; needs pip install -e '.[chem]'")
     add("--sampler", choices=["bucket", "random"], default="bucket",
@@ -168,7 +171,7 @@ def prepare_data(args):
     stops all ranks the same way instead of leaving some waiting.
     """
     table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict)
-    if args.validate_smiles:
+    if args.validate_smiles or args.split == "scaffold":  # a scaffold needs a parsed molecule
         table = drop_rows(table, invalid_smiles_rows(table), "have SMILES that RDKit cannot parse")
     for warning in table.warnings:
         log.warning("warning: %s", warning)
@@ -178,7 +181,7 @@ def prepare_data(args):
         raise DataError(f"{args.dataset}: the {args.tokenizer} tokenizer cannot encode the SMILES "
                         f"at rows {', '.join(map(str, bad_rows[:5]))}")
     try:
-        splits = split_indices(table.labels, args.seed)
+        splits = split_indices(table.labels, args.seed, args.split, table.smiles)
     except DataError as exc:
         raise DataError(f"{args.dataset}: {exc}") from None
     assert_same_on_all_ranks({
@@ -215,7 +218,7 @@ def model_hparams(args):
 
 def run_hparams(args):
     return {"model": model_hparams(args), "lr": args.lr, "weight_decay": args.weight_decay,
-            "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer}
+            "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer, "split": args.split}
 
 
 def prepare_checkpointing(args, tokenizer, device):

@@ -130,23 +130,77 @@ def drop_rows(table, positions, reason):
                          table.warnings + [warning])
 
 
-def split_indices(labels, seed, test_fraction=TEST_FRACTION, dev_fraction=DEV_FRACTION):
-    """Stratified train/dev/test indices; the same seed gives the same split."""
+SPLITS = ("stratified", "scaffold", "random")
+
+
+def split_indices(labels, seed, method="stratified", smiles=None,
+                  test_fraction=TEST_FRACTION, dev_fraction=DEV_FRACTION):
+    """Train/dev/test indices; the same inputs give the same split on every rank.
+
+    stratified: random within each class (the tutorial's split; the default).
+    random: random, ignoring the labels.
+    scaffold: molecules grouped by Bemis-Murcko scaffold (needs RDKit and
+        `smiles`); whole groups go to train, largest first, then dev, then
+        test, so test molecules have scaffolds never seen in training. It
+        does not depend on the seed (the MoleculeNet convention).
+    """
     labels = np.asarray(labels)
     counts = np.bincount(labels, minlength=2)
     if counts.min() == 0:
         raise DataError(f"all {len(labels)} molecules have label {int(np.argmax(counts))}: ROC AUC needs both classes")
-    if counts.min() < 5:
+    if method == "scaffold":
+        splits = _scaffold_split(smiles, test_fraction, dev_fraction)
+    elif method in ("stratified", "random"):
+        splits = _random_split(labels, seed, test_fraction, dev_fraction, stratify=method == "stratified")
+    else:
+        raise DataError(f"unknown split {method!r}: choose one of {', '.join(SPLITS)}")
+    for name in ("train", "dev", "test"):
+        part = getattr(splits, name)
+        if len(np.unique(labels[part])) < 2:
+            raise DataError(f"the {method} split leaves the {name} set ({len(part)} molecules) with one class only")
+    return splits
+
+
+def _random_split(labels, seed, test_fraction, dev_fraction, stratify):
+    counts = np.bincount(labels, minlength=2)
+    if stratify and counts.min() < 5:
         raise DataError(f"only {counts.min()} molecules of class {int(np.argmin(counts))}: "
                         "too few to stratify into train, dev and test (need at least 5)")
     everything = np.arange(len(labels))
     try:
-        visible, test = train_test_split(everything, test_size=test_fraction, stratify=labels,
-                                         shuffle=True, random_state=seed)
-        train, dev = train_test_split(visible, test_size=dev_fraction, stratify=labels[visible],
-                                      shuffle=True, random_state=seed)
+        visible, test = train_test_split(everything, test_size=test_fraction, shuffle=True, random_state=seed,
+                                         stratify=labels if stratify else None)
+        train, dev = train_test_split(visible, test_size=dev_fraction, shuffle=True, random_state=seed,
+                                      stratify=labels[visible] if stratify else None)
     except ValueError as exc:
         raise DataError(f"cannot split {len(labels)} molecules: {exc}") from None
+    return Splits(np.sort(train), np.sort(dev), np.sort(test))
+
+
+def scaffold_groups(smiles):
+    """Indices grouped by Bemis-Murcko scaffold, largest group first (ties by scaffold)."""
+    from rdkit import Chem
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+    groups = {}
+    for i, s in enumerate(smiles):
+        groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []).append(i)
+    return [groups[k] for k in sorted(groups, key=lambda k: (-len(groups[k]), k))]
+
+
+def _scaffold_split(smiles, test_fraction, dev_fraction):
+    if smiles is None:
+        raise DataError("the scaffold split needs the SMILES")
+    n = len(smiles)
+    train_cut = (1 - test_fraction) * (1 - dev_fraction) * n
+    dev_cut = (1 - test_fraction) * n
+    train, dev, test = [], [], []
+    for group in scaffold_groups(smiles):
+        if len(train) + len(group) <= train_cut:
+            train += group
+        elif len(train) + len(dev) + len(group) <= dev_cut:
+            dev += group
+        else:
+            test += group
     return Splits(np.sort(train), np.sort(dev), np.sort(test))
 
 

@@ -1,0 +1,70 @@
+"""The baseline a chemist would try first: a random forest on Morgan
+fingerprints, with the same splits and seeds as the network.
+
+    python scripts/baseline_fingerprints.py dataset/BBBP.csv
+    python scripts/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --seed 2
+
+Needs RDKit (pip install -e '.[chem]'). Prints `Final test ROC AUC: 0.xxxx`
+like the training scripts, so the two compare line for line.
+"""
+import argparse
+import json
+from pathlib import Path
+import sys
+
+import numpy as np
+from sklearn.ensemble import RandomForestClassifier
+
+from partorch import PartorchError, read_smiles_csv, roc_auc, run_main, split_indices
+from partorch.data import SPLITS, drop_rows, invalid_smiles_rows
+
+
+def morgan_fingerprints(smiles, radius, bits):
+    """One row of bits per molecule; all zeros where RDKit cannot parse it."""
+    from rdkit import Chem
+    from rdkit.Chem import rdFingerprintGenerator
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
+    rows = np.zeros((len(smiles), bits), dtype=np.uint8)
+    for i, s in enumerate(smiles):
+        mol = Chem.MolFromSmiles(s)
+        if mol is not None:
+            rows[i] = generator.GetFingerprintAsNumPy(mol)
+    return rows
+
+
+def main(args):
+    table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column)
+    bad = invalid_smiles_rows(table)
+    if args.split == "scaffold":  # as the training scripts do: no scaffold without a molecule
+        table = drop_rows(table, bad, "have SMILES that RDKit cannot parse")
+    elif bad:
+        print(f"warning: {len(bad)} SMILES RDKit cannot parse get an empty fingerprint", file=sys.stderr)
+    try:
+        splits = split_indices(table.labels, args.seed, args.split, table.smiles)
+    except PartorchError as exc:
+        raise PartorchError(f"{args.dataset}: {exc}") from None
+    features = morgan_fingerprints(table.smiles, args.radius, args.bits)
+    forest = RandomForestClassifier(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
+    forest.fit(features[splits.train], table.labels[splits.train])
+    scores = {name: roc_auc(table.labels[idx], forest.predict_proba(features[idx])[:, 1], f"{name} split")
+              for name, idx in (("dev", splits.dev), ("test", splits.test))}
+    if args.output_dir:
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.output_dir) / "metrics.json").write_text(json.dumps(
+            {"test_roc_auc": scores["test"], "dev_roc_auc": scores["dev"], "seed": args.seed, "split": args.split}))
+    print(f"Final test ROC AUC: {scores['test']:.4f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dataset")
+    parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
+    parser.add_argument("--label-column", default="p_np", help="(default: %(default)s)")
+    parser.add_argument("--split", choices=SPLITS, default="stratified", help="(default: %(default)s)")
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1729, help="(default: %(default)s)")
+    parser.add_argument("--trees", type=int, default=500, help="(default: %(default)s)")
+    parser.add_argument("--radius", type=int, default=2, help="Morgan radius (default: %(default)s)")
+    parser.add_argument("--bits", type=int, default=2048, help="fingerprint length (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=-1, help="parallel trees, -1 = all cores (default: %(default)s)")
+    parser.add_argument("--output-dir", help="also write metrics.json here")
+    run_main(main, parser)
