@@ -143,20 +143,24 @@ def launch(args, dataset, procs, threads, reference=False, batch_size=None):
         if done.returncode != 0:
             raise SystemExit(f"error: benchmark job failed ({' '.join(command[3:6])}):\n{done.stderr[-2000:]}")
         result = json.loads(out.read_text())
-    result.update(dataset=Path(path).name, procs=procs, threads=threads, reference=reference)
+    result.update(dataset=Path(path).name, procs=procs, threads=threads, reference=reference,
+                  global_batch=batch_size or args.batch_size)
     result["samples_per_second"] = result["samples"] / result["seconds"]
     result["tokens_per_second"] = result["tokens"] / result["seconds"]
     result["flops_per_second"] = lstm_training_flops(result["tokens"], **MODEL) / result["seconds"]
     result["epoch_seconds"] = result["seconds"] / result["steps"] * result["steps_per_epoch"]
     print(f"{result['dataset']:>9} {'tutorial' if reference else 'partorch':>8} {procs} proc x {threads} thr: "
-          f"{result['samples_per_second']:8.1f} samples/s", flush=True)
+          f"batch {result['global_batch']}: {result['samples_per_second']:8.1f} samples/s", flush=True)
     return result
 
 
-def configurations(max_procs, cores):
-    """(procs, threads): all cores in one process, then 1..N processes of one thread."""
-    configs = [(1, cores)] if cores > 1 else []
-    return configs + [(p, 1) for p in range(1, max_procs + 1)]
+def configurations(max_procs, cores, batch_size):
+    """(procs, threads, global batch): all cores in one process, then 1..N
+    processes of one thread at the same global batch (strong scaling), and
+    at N times the batch, so each process keeps the batch of one (weak scaling)."""
+    configs = [(1, cores, batch_size)] if cores > 1 else []
+    configs += [(p, 1, batch_size) for p in range(1, max_procs + 1)]
+    return configs + [(p, 1, batch_size * p) for p in range(2, max_procs + 1)]
 
 
 def markdown_report(results, peaks, args, command):
@@ -175,14 +179,16 @@ def markdown_report(results, peaks, args, command):
                  f"{t} thread{'s' if t > 1 else ''}: {p / 1e9:.1f} GFLOP/s" for t, p in sorted(peaks.items())) + ".",
              "MFU = model FLOP/s (matmul FLOPs of the LSTM on real tokens, x3 for training) / the peak of the"
              " cores the configuration uses.", "",
-             "| data | loop | processes x threads | samples/s | tokens/s | GFLOP/s | MFU | epoch (s) | peak MB / process | vs 1 process x 1 thread |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| data | loop | processes x threads | global batch | samples/s | tokens/s | GFLOP/s | MFU | epoch (s) "
+             "| peak MB / process | vs 1 process x 1 thread |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         base = next((b for b in results if b["dataset"] == r["dataset"] and not b["reference"]
-                     and b["procs"] == 1 and b["threads"] == 1), r)
+                     and b["procs"] == 1 and b["threads"] == 1 and b["global_batch"] == args.batch_size), r)
         used = min(r["procs"] * r["threads"], cores)
         peak = peaks.get(used) or peaks[max(peaks)]
         lines.append(f"| {r['dataset']} | {'tutorial' if r['reference'] else 'partorch'} | {r['procs']} x {r['threads']} "
+                     f"| {r['global_batch']} "
                      f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | {r['flops_per_second'] / 1e9:.2f} "
                      f"| {100 * r['flops_per_second'] / peak:.0f} % | {r['epoch_seconds']:.1f} "
                      f"| {', '.join(f'{m:.0f}' for m in r['peak_memory_mb'])} "
@@ -195,17 +201,21 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, ax = plt.subplots(figsize=(5.5, 4))
+    figure, ax = plt.subplots(figsize=(6.5, 4.5))
     for name in sorted({r["dataset"] for r in results}):
-        rows = sorted((r for r in results if r["dataset"] == name and not r["reference"] and r["threads"] == 1),
-                      key=lambda r: r["procs"])
-        procs = [r["procs"] for r in rows]
-        line, = ax.plot(procs, [r["samples_per_second"] for r in rows], marker="o", label=name)
-        ax.plot(procs, [rows[0]["samples_per_second"] * p for p in procs], linestyle="--", color=line.get_color(),
-                alpha=0.6, label=f"{name}, ideal")
+        ours = [r for r in results if r["dataset"] == name and not r["reference"] and r["threads"] == 1]
+        one = next(r for r in ours if r["procs"] == 1)
+        for label, keep, style in (("same global batch", lambda r: r["global_batch"] == one["global_batch"], "-"),
+                                   ("same batch per process", lambda r: r["global_batch"] == one["global_batch"] * r["procs"], ":")):
+            rows = sorted(filter(keep, ours), key=lambda r: r["procs"])
+            ax.plot([r["procs"] for r in rows], [r["samples_per_second"] for r in rows], marker="o", linestyle=style,
+                    label=f"{name}, {label}", color="C0" if name.startswith("BBBP") else "C1")
+        procs = sorted({r["procs"] for r in ours})
+        ax.plot(procs, [one["samples_per_second"] * p for p in procs], linestyle="--", color="grey", alpha=0.6,
+                label=f"{name}, ideal")
     ax.set(xlabel="processes (1 thread each)", ylabel="training samples / s", title="Data-parallel scaling")
     ax.set_xticks(sorted({r["procs"] for r in results}))
-    ax.legend()
+    ax.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -241,7 +251,8 @@ def main():
     if args.reference:
         results.append(launch(args, datasets[0], 1, cores, reference=True, batch_size=args.reference_batch_size))
     for dataset in datasets:
-        results += [launch(args, dataset, p, t) for p, t in configurations(args.max_procs, cores)]
+        results += [launch(args, dataset, p, t, batch_size=b) for p, t, b in configurations(args.max_procs, cores,
+                                                                                             args.batch_size)]
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     command = "python scripts/benchmark.py " + " ".join(sys.argv[1:])
