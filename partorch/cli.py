@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from .checkpoint import CheckpointError, atomic_write_json, ensure_writable_dir, load_state, save_model_dir
-from .data import SPLITS, DataError, MoleculeTable, Splits, drop_rows, invalid_smiles_rows, read_smiles_csv, split_indices
+from .chem import augmentation_vocabulary_strings, invalid_smiles_rows
+from .data import SPLITS, DataError, MoleculeTable, Splits, drop_rows, read_smiles_csv, split_indices
 from .distributed import assert_same_on_all_ranks, check_on_all_ranks
 from .errors import PartorchError
 from .plots import roc_figure, save_figure, training_curves_figure
@@ -55,6 +56,11 @@ def build_parser(doc, default_output_dir):
     add("--split", choices=SPLITS, default="stratified",
         help="stratified (10 %% test, 20 %% of the rest dev), random, or scaffold (Bemis-Murcko groups, "
              "largest to train; needs RDKit) (default: %(default)s)")
+    add("--augment", action="store_true",
+        help="each epoch, write every training molecule as a fresh random SMILES (needs RDKit)")
+    add("--tta", type=int, default=0, metavar="K",
+        help="score dev and test as the mean over the canonical SMILES and K random ones (needs RDKit) "
+             "(default: %(default)s)")
     add("--validate-smiles", action="store_true",
         help="drop (with a warning naming the rows) SMILES that RDKit cannot parse; needs pip install -e '.[chem]'")
     add("--sampler", choices=["bucket", "random"], default="bucket",
@@ -175,7 +181,10 @@ def prepare_data(args):
         table = drop_rows(table, invalid_smiles_rows(table), "have SMILES that RDKit cannot parse")
     for warning in table.warnings:
         log.warning("warning: %s", warning)
-    tokenizer = build_tokenizer(args.tokenizer, table.smiles)
+    vocabulary_strings = table.smiles
+    if args.augment or args.tta:  # random SMILES must not meet unknown tokens
+        vocabulary_strings = table.smiles + augmentation_vocabulary_strings(table.smiles)
+    tokenizer = build_tokenizer(args.tokenizer, vocabulary_strings)
     bad_rows = [row for s, row in zip(table.smiles, table.rows) if not tokenizer.can_encode(s)]
     if bad_rows:
         raise DataError(f"{args.dataset}: the {args.tokenizer} tokenizer cannot encode the SMILES "
@@ -218,7 +227,8 @@ def model_hparams(args):
 
 def run_hparams(args):
     return {"model": model_hparams(args), "lr": args.lr, "weight_decay": args.weight_decay,
-            "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer, "split": args.split}
+            "batch_size": args.batch_size, "seed": args.seed, "tokenizer": args.tokenizer, "split": args.split,
+            "augment": args.augment, "tta": args.tta}
 
 
 def prepare_checkpointing(args, tokenizer, device):

@@ -5,12 +5,14 @@ computes the same records, the same split and the same batch order without
 talking to the others.
 """
 from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 import torch
 from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from .chem import random_smiles, scaffold_groups
 from .errors import PartorchError
 
 TEST_FRACTION = 0.1  # of all molecules, held out
@@ -110,16 +112,6 @@ def _conflict_warnings(path, smiles, labels):
     return []
 
 
-def invalid_smiles_rows(table):
-    """Rows whose SMILES RDKit cannot parse (needs the `chem` extra)."""
-    try:
-        from rdkit import Chem, RDLogger
-    except ImportError:
-        raise DataError("--validate-smiles needs RDKit: pip install -e '.[chem]'") from None
-    RDLogger.DisableLog("rdApp.*")  # we report bad rows ourselves, once
-    return [i for i, s in enumerate(table.smiles) if Chem.MolFromSmiles(s) is None]
-
-
 def drop_rows(table, positions, reason):
     """The table without the molecules at `positions`, with a warning naming their rows."""
     if not positions:
@@ -177,16 +169,6 @@ def _random_split(labels, seed, test_fraction, dev_fraction, stratify):
     return Splits(np.sort(train), np.sort(dev), np.sort(test))
 
 
-def scaffold_groups(smiles):
-    """Indices grouped by Bemis-Murcko scaffold, largest group first (ties by scaffold)."""
-    from rdkit import Chem
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-    groups = {}
-    for i, s in enumerate(smiles):
-        groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []).append(i)
-    return [groups[k] for k in sorted(groups, key=lambda k: (-len(groups[k]), k))]
-
-
 def _scaffold_split(smiles, test_fraction, dev_fraction):
     if smiles is None:
         raise DataError("the scaffold split needs the SMILES")
@@ -219,6 +201,30 @@ class SmilesDataset(Dataset):
 
     def __getitem__(self, i):
         return self.token_ids[i], self.labels[i]
+
+
+class AugmentedSmilesDataset(SmilesDataset):
+    """A SmilesDataset that can rewrite its molecules as random SMILES.
+
+    `set_epoch(e)` re-encodes every molecule as a fresh random SMILES drawn
+    from (seed, e, rank): reproducible, and different on every rank.
+    `set_epoch(None)` restores the canonical strings. `lengths` stays the
+    canonical lengths on purpose: the batch sampler must see the same lengths
+    on every rank to build the same global batches.
+    """
+
+    def __init__(self, smiles_list, labels, tokenizer, seed=0, rank=0):
+        super().__init__(smiles_list, labels, tokenizer)
+        self.smiles, self.tokenizer, self.seed, self.rank = list(smiles_list), tokenizer, seed, rank
+        self.canonical_ids = self.token_ids
+
+    def set_epoch(self, epoch):
+        if epoch is None:
+            self.token_ids = self.canonical_ids
+            return
+        rng = np.random.default_rng([self.seed, epoch, self.rank])
+        self.token_ids = [torch.tensor(self.tokenizer.encode(s), dtype=torch.long)
+                          for s in random_smiles(self.smiles, rng)]
 
 
 def collate_batch(items):
@@ -296,22 +302,28 @@ def _subset(smiles_list, labels, indices):
 
 
 def get_dataloader(*, smiles_list, labels, tokenizer, batch_size, num_workers=0, indices=None,
-                   shuffle=False, seed=0, sampler="bucket"):
+                   shuffle=False, seed=0, sampler="bucket", augment=False):
     """Loader for one process; see `get_ddp_dataloader`."""
     return get_ddp_dataloader(rank=0, world_size=1, smiles_list=smiles_list, labels=labels,
                               tokenizer=tokenizer, batch_size=batch_size, num_workers=num_workers,
-                              indices=indices, shuffle=shuffle, seed=seed, sampler=sampler)
+                              indices=indices, shuffle=shuffle, seed=seed, sampler=sampler, augment=augment)
 
 
 def get_ddp_dataloader(*, rank, world_size, smiles_list, labels, tokenizer, batch_size, num_workers=0,
-                       indices=None, shuffle=False, seed=0, sampler="bucket"):
+                       indices=None, shuffle=False, seed=0, sampler="bucket", augment=False):
     """Loader of this rank's share; `batch_size` is the *global* batch.
 
     sampler="bucket" batches molecules of similar length (fast, no duplicates);
     sampler="random" is torch's `DistributedSampler`, which pads the split
     with repeated molecules so that every rank gets the same count.
+    augment=True makes the dataset an `AugmentedSmilesDataset` (random SMILES
+    on `set_epoch`); it needs num_workers=0, since worker processes would
+    keep their own copy of the dataset.
     """
-    dataset = SmilesDataset(*_subset(smiles_list, labels, indices), tokenizer)
+    if augment and num_workers:
+        raise DataError("SMILES augmentation works with --num-workers 0 only")
+    dataset = (AugmentedSmilesDataset(*_subset(smiles_list, labels, indices), tokenizer, seed=seed, rank=rank)
+               if augment else SmilesDataset(*_subset(smiles_list, labels, indices), tokenizer))
     if sampler == "bucket":
         batches = LengthBucketBatchSampler(dataset.lengths, batch_size, world_size=world_size, rank=rank,
                                            shuffle=shuffle, seed=seed)

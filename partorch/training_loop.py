@@ -18,7 +18,7 @@ from .checkpoint import CheckpointError, atomic_torch_save, capture_rng, restore
 from .distributed import (all_gather_object, all_reduce_sum, barrier, broadcast_object, get_rank, get_world_size,
                           is_master_process, unwrap)
 from .errors import PartorchError
-from .evaluation import EvaluationError, evaluate, predict, score
+from .evaluation import EvaluationError, predict, score
 
 log = logging.getLogger("partorch")
 
@@ -36,9 +36,10 @@ class TrainResult:
 def set_epoch(loader, epoch):
     # Without this a DistributedSampler (and our bucket sampler) would
     # replay the first epoch's order in every epoch.
-    for sampler in (loader.batch_sampler, loader.sampler):
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
+    # The dataset too, when it rewrites molecules as random SMILES each epoch.
+    for part in (loader.batch_sampler, loader.sampler, loader.dataset):
+        if hasattr(part, "set_epoch"):
+            part.set_epoch(epoch)
 
 
 @dataclass
@@ -114,7 +115,23 @@ def train_one_epoch(model, optimizer, loader, device, options, progress=False, d
     return (totals[0] / totals[1]).item(), int(totals[1].item())
 
 
-def evaluate_split(model, loader, device, split, sharded=False):
+TTA_EPOCH_OFFSET = 10 ** 6  # random-SMILES streams for test-time augmentation, apart from training epochs
+
+
+def _mean_logits(model, loader, device, tta):
+    """(labels, logits) in loader order; with `tta`, the mean logit over the
+    canonical SMILES and `tta` random ones (the order does not change: the
+    sampler sorts by canonical length)."""
+    labels, _, logits = predict(model, loader, device)
+    for variant in range(1, tta + 1):
+        loader.dataset.set_epoch(TTA_EPOCH_OFFSET + variant)
+        logits = logits + predict(model, loader, device)[2]
+    if tta:
+        loader.dataset.set_epoch(None)
+    return labels, logits / (tta + 1)
+
+
+def evaluate_split(model, loader, device, split, sharded=False, tta=0):
     """Loss and ROC AUC of one split, the same `Evaluation` on every rank.
 
     By default rank 0 scores the whole split on the unwrapped module (a DDP
@@ -123,13 +140,13 @@ def evaluate_split(model, loader, device, split, sharded=False):
     share (no molecule twice) and the predictions are gathered first.
     """
     if sharded:
-        labels, _, logits = predict(unwrap(model), loader, device)
+        labels, logits = _mean_logits(unwrap(model), loader, device, tta)
         parts = all_gather_object((labels, logits.numpy()))
         return score(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), split)
     outcome = None
     if is_master_process():
         try:
-            outcome = evaluate(unwrap(model), loader, device, split)
+            outcome = score(*_mean_logits(unwrap(model), loader, device, tta), split)
         except EvaluationError as exc:
             outcome = str(exc)
     outcome = broadcast_object(outcome)
@@ -173,7 +190,7 @@ def restore_snapshot(state, *, model, optimizer):
 
 
 def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_batch_size,
-          patience=None, writer=None, progress=False, sharded_eval=False, accumulate=1, amp="off",
+          patience=None, writer=None, progress=False, sharded_eval=False, tta=0, accumulate=1, amp="off",
           snapshot_path=None, snapshot_extra=None, resume_from=None):
     """Train, score dev each epoch, keep the best weights (a state-dict copy).
 
@@ -201,7 +218,7 @@ def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_
                                               description=f"epoch {epoch}/{epochs}")
         seconds = time.perf_counter() - start
         train_seconds, train_samples = train_seconds + seconds, train_samples + samples
-        dev = evaluate_split(model, dev_loader, device, "dev split", sharded_eval)
+        dev = evaluate_split(model, dev_loader, device, "dev split", sharded_eval, tta)
         row = dict(epoch=epoch, train_loss=train_loss, dev_loss=dev.loss, dev_roc_auc=dev.roc_auc,
                    samples_per_second=samples / seconds, lr=optimizer.param_groups[0]["lr"])
         best.history.append(row)

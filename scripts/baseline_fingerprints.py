@@ -16,20 +16,8 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
 from partorch import PartorchError, read_smiles_csv, roc_auc, run_main, split_indices
-from partorch.data import SPLITS, drop_rows, invalid_smiles_rows
-
-
-def morgan_fingerprints(smiles, radius, bits):
-    """One row of bits per molecule; all zeros where RDKit cannot parse it."""
-    from rdkit import Chem
-    from rdkit.Chem import rdFingerprintGenerator
-    generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
-    rows = np.zeros((len(smiles), bits), dtype=np.uint8)
-    for i, s in enumerate(smiles):
-        mol = Chem.MolFromSmiles(s)
-        if mol is not None:
-            rows[i] = generator.GetFingerprintAsNumPy(mol)
-    return rows
+from partorch.chem import invalid_smiles_rows, morgan_fingerprints
+from partorch.data import SPLITS, drop_rows
 
 
 def main(args):

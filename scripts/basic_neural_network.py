@@ -26,9 +26,10 @@ def main(args):
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
-    train_loader = get_dataloader(**loader_args, indices=data.splits.train, shuffle=True, seed=args.seed)
-    dev_loader = get_dataloader(**loader_args, indices=data.splits.dev)
-    test_loader = get_dataloader(**loader_args, indices=data.splits.test)
+    train_loader = get_dataloader(**loader_args, indices=data.splits.train, shuffle=True, seed=args.seed,
+                                  augment=args.augment)
+    dev_loader = get_dataloader(**loader_args, indices=data.splits.dev, augment=args.tta > 0)
+    test_loader = get_dataloader(**loader_args, indices=data.splits.test, augment=args.tta > 0)
     prepare_output_dir(args.output_dir)
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
@@ -39,9 +40,9 @@ def main(args):
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
                    accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
-                   progress=not args.quiet, **checkpointing)
+                   progress=not args.quiet, tta=args.tta, **checkpointing)
     model.load_state_dict(result.best_state)
-    test = evaluate_split(model, test_loader, device, "test split")
+    test = evaluate_split(model, test_loader, device, "test split", tta=args.tta)
     finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,
                world_size=1, started=started)
 

@@ -32,11 +32,11 @@ def main(args):
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
     train_loader = get_ddp_dataloader(rank=ctx.rank, world_size=ctx.world_size, **loader_args,
-                                      indices=data.splits.train, shuffle=True, seed=args.seed)
+                                      indices=data.splits.train, shuffle=True, seed=args.seed, augment=args.augment)
     # Rank 0 scores dev and test alone, unless --distributed-eval shares them out.
     eval_shard = dict(rank=ctx.rank, world_size=ctx.world_size) if args.distributed_eval else dict(rank=0, world_size=1)
-    dev_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.dev)
-    test_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.test)
+    dev_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.dev, augment=args.tta > 0)
+    test_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.test, augment=args.tta > 0)
     prepare_output_dir(args.output_dir, ctx.rank, ctx.local_rank)
 
     model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
@@ -50,9 +50,10 @@ def main(args):
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
                    accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
-                   progress=master_process and not args.quiet, sharded_eval=args.distributed_eval, **checkpointing)
+                   progress=master_process and not args.quiet, sharded_eval=args.distributed_eval,
+                   tta=args.tta, **checkpointing)
     model.module.load_state_dict(result.best_state)
-    test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval)
+    test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval, tta=args.tta)
     if master_process:
         finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,
                    world_size=ctx.world_size, started=started)

@@ -84,7 +84,8 @@ def test_nonsense_flags_are_rejected_by_the_parser(flags, bbbp_subset):
 
 
 def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
-    from partorch.data import drop_rows, invalid_smiles_rows, read_smiles_csv
+    from partorch.chem import invalid_smiles_rows
+    from partorch.data import drop_rows, read_smiles_csv
     table = read_smiles_csv(bbbp_path)
     bad = invalid_smiles_rows(table)
     assert len(bad) == 11

@@ -1,0 +1,70 @@
+"""The chemistry that needs RDKit (the optional `chem` extra): parsing
+checks, Bemis-Murcko scaffolds, Morgan fingerprints. RDKit is imported inside
+each function, so the rest of partorch works without it."""
+import numpy as np
+
+from .errors import PartorchError
+
+
+def _rdkit():
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError:
+        raise PartorchError("this needs RDKit: pip install -e '.[chem]'") from None
+    RDLogger.DisableLog("rdApp.*")  # we report bad molecules ourselves, once
+    return Chem
+
+
+def invalid_smiles_rows(table):
+    """Positions in `table` whose SMILES RDKit cannot parse."""
+    Chem = _rdkit()
+    return [i for i, s in enumerate(table.smiles) if Chem.MolFromSmiles(s) is None]
+
+
+def scaffold_groups(smiles):
+    """Indices grouped by Bemis-Murcko scaffold, largest group first (ties by scaffold)."""
+    Chem = _rdkit()
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+    groups = {}
+    for i, s in enumerate(smiles):
+        groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []).append(i)
+    return [groups[k] for k in sorted(groups, key=lambda k: (-len(groups[k]), k))]
+
+
+def morgan_fingerprints(smiles, radius=2, bits=2048):
+    """One row of bits per molecule; all zeros where RDKit cannot parse it."""
+    Chem = _rdkit()
+    from rdkit.Chem import rdFingerprintGenerator
+    generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
+    rows = np.zeros((len(smiles), bits), dtype=np.uint8)
+    for i, s in enumerate(smiles):
+        mol = Chem.MolFromSmiles(s)
+        if mol is not None:
+            rows[i] = generator.GetFingerprintAsNumPy(mol)
+    return rows
+
+
+def random_smiles(smiles_list, rng):
+    """Each molecule written as a random (non-canonical) SMILES: atoms
+    renumbered by `rng`, so the result depends only on the generator's seed.
+    A string RDKit cannot parse is returned unchanged."""
+    Chem = _rdkit()
+    out = []
+    for s in smiles_list:
+        mol = Chem.MolFromSmiles(s)
+        if mol is None or mol.GetNumAtoms() == 0:
+            out.append(s)
+            continue
+        order = rng.permutation(mol.GetNumAtoms()).tolist()
+        out.append(Chem.MolToSmiles(Chem.RenumberAtoms(mol, order), canonical=False))
+    return out
+
+
+def augmentation_vocabulary_strings(smiles_list, rounds=5, seed=0):
+    """Strings whose tokens cover what random SMILES of these molecules can
+    contain: several random rewrites, every chirality flipped (a rewrite can
+    turn @ into @@), and ring-closure labels up to %19."""
+    rng = np.random.default_rng(seed)
+    variants = [s for _ in range(rounds) for s in random_smiles(smiles_list, rng)]
+    flipped = [s.replace("@@", "\0").replace("@", "@@").replace("\0", "@") for s in smiles_list + variants]
+    return variants + flipped + ["0123456789" + "".join(f"%{n}" for n in range(10, 20))]

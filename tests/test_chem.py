@@ -1,0 +1,96 @@
+"""Scaffold and random splits, and the fingerprint baseline (RDKit: the test extra installs it)."""
+import numpy as np
+
+from conftest import SCRIPTS, run_script
+from partorch.chem import invalid_smiles_rows, morgan_fingerprints, scaffold_groups
+from partorch.data import drop_rows, read_smiles_csv, split_indices
+
+
+def _parsed_bbbp(bbbp_path):
+    table = read_smiles_csv(bbbp_path)
+    return drop_rows(table, invalid_smiles_rows(table), "unparsable")
+
+
+def test_scaffold_split_keeps_scaffolds_apart_and_is_deterministic(bbbp_path):
+    table = _parsed_bbbp(bbbp_path)
+    a = split_indices(table.labels, 1, "scaffold", table.smiles)
+    b = split_indices(table.labels, 2, "scaffold", table.smiles)  # the seed does not matter
+    assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("train", "dev", "test"))
+    assert sorted(np.concatenate([a.train, a.dev, a.test]).tolist()) == list(range(len(table.smiles)))
+    scaffold_of = {i: g for g, group in enumerate(scaffold_groups(table.smiles)) for i in group}
+    seen = [{scaffold_of[i] for i in getattr(a, k)} for k in ("train", "dev", "test")]
+    assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])
+    assert abs(len(a.test) / len(table.smiles) - 0.1) < 0.02
+
+
+def test_random_split_depends_on_the_seed_only(bbbp_path):
+    labels = read_smiles_csv(bbbp_path).labels
+    a, b, c = (split_indices(labels, s, "random") for s in (5, 5, 6))
+    assert np.array_equal(a.test, b.test) and not np.array_equal(a.test, c.test)
+    assert (len(a.train), len(a.dev), len(a.test)) == (1476, 369, 205)
+
+
+def test_fingerprints_are_bits_and_empty_for_unparsable():
+    rows = morgan_fingerprints(["CCO", "not a molecule(", "c1ccccc1"], bits=256)
+    assert rows.shape == (3, 256) and set(np.unique(rows)) <= {0, 1}
+    assert rows[0].sum() > 0 and rows[1].sum() == 0
+
+
+def test_baseline_prints_the_same_final_line_deterministically(tmp_path, bbbp_subset):
+    finals = []
+    for split in ("stratified", "stratified", "scaffold"):
+        result = run_script([SCRIPTS / "baseline_fingerprints.py", bbbp_subset, "--split", split, "--trees", "50",
+                             "--output-dir", tmp_path / split], timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        finals.append([line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")])
+    assert len(finals[0]) == 1 and finals[0] == finals[1]
+    assert 0.5 < float(finals[0][0].split(": ")[1]) <= 1.0
+
+
+def test_training_script_with_scaffold_split(tmp_path, bbbp_subset):
+    from conftest import FAST_FLAGS
+    result = run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, "--split", "scaffold", "--output-dir",
+                         tmp_path, *FAST_FLAGS], timeout=200)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Final test ROC AUC: " in result.stdout
+
+
+def test_augmented_smiles_are_the_same_molecule_reproducible_and_rank_specific(bbbp_path):
+    from rdkit import Chem
+    from partorch.data import AugmentedSmilesDataset
+    from partorch.tokenizer import SmilesTokenizer
+    smiles = _parsed_bbbp(bbbp_path).smiles[:200]
+    tokenizer = SmilesTokenizer.build(smiles)
+    datasets = [AugmentedSmilesDataset(smiles, np.zeros(200), tokenizer, seed=7, rank=r) for r in (0, 0, 1)]
+    for d in datasets:
+        d.set_epoch(3)
+    ids = [[t.tolist() for t in d.token_ids] for d in datasets]
+    assert ids[0] == ids[1] and ids[0] != ids[2]  # same seed, epoch and rank: same strings; another rank: others
+    rewritten = [tokenizer.decode(t) for t in ids[0]]
+    assert sum(a != b for a, b in zip(rewritten, smiles)) > 100
+    canonical = lambda s: Chem.MolToSmiles(Chem.MolFromSmiles(s))  # noqa: E731
+    assert all(canonical(a) == canonical(b) for a, b in zip(rewritten[:50], smiles[:50]))
+    datasets[0].set_epoch(None)
+    assert [tokenizer.decode(t.tolist()) for t in datasets[0].token_ids] == smiles
+
+
+def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
+    from partorch.chem import augmentation_vocabulary_strings, random_smiles
+    from partorch.tokenizer import SmilesTokenizer
+    smiles = read_smiles_csv(bbbp_path).smiles
+    tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
+    unknown = tokenizer.token_to_id["<unk>"]
+    for seed in (11, 12):  # streams the vocabulary was not built from
+        rewritten = random_smiles(smiles, np.random.default_rng(seed))
+        assert not [s for s in rewritten if unknown in tokenizer.encode(s)]
+
+
+def test_training_with_augmentation_and_test_time_augmentation(tmp_path, bbbp_subset):
+    from conftest import FAST_FLAGS
+    aucs = []
+    for name in ("a", "b"):
+        result = run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, "--augment", "--tta", "2",
+                             "--output-dir", tmp_path / name, *FAST_FLAGS], timeout=200)
+        assert result.returncode == 0, result.stderr[-2000:]
+        aucs.append([line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")])
+    assert len(aucs[0]) == 1 and aucs[0] == aucs[1]  # deterministic per seed
