@@ -95,7 +95,8 @@ def build_parser(doc, default_output_dir):
     add("--threads", type=_positive(int), default=None,
         help="CPU threads per process (default: available cores / processes on this host)")
     add("--bucket-mb", type=_positive(int), default=25,
-        help="DDP gradient bucket size in MB; smaller buckets start all-reducing earlier in backward (default: %(default)s)")
+        help="DDP gradient bucket size in MB; smaller buckets start all-reducing earlier in backward "
+             "(default: %(default)s)")
     add("--dist-timeout", type=_positive(int), default=300,
         help="seconds any collective may wait for a peer before failing (default: %(default)s)")
     add("--distributed-eval", action="store_true",

@@ -89,7 +89,8 @@ def read_smiles_csv(path, smiles_column="smiles", label_column="p_np", strict=Fa
     warnings = []
     missing = frame[label_column].isna().to_numpy()
     if missing.any():
-        message = f"{path}: {int(missing.sum())} rows have no {label_column!r} label, first rows {_first_rows(rows[missing])}"
+        message = (f"{path}: {int(missing.sum())} rows have no {label_column!r} label, "
+                   f"first rows {_first_rows(rows[missing])}")
         if strict:
             raise DataError(message)
         warnings.append(message + "; they are dropped")

@@ -137,7 +137,8 @@ def launch(args, dataset, procs, threads, reference=False, batch_size=None):
                    "--label-column", label_column, "--threads", str(threads), "--out", str(out),
                    "--steps", str(args.reference_steps if reference else args.steps),
                    "--warmup", str(1 if reference else args.warmup),
-                   "--batch-size", str(batch_size or args.batch_size), "--amp", args.amp] + (["--reference"] if reference else [])
+                   "--batch-size", str(batch_size or args.batch_size), "--amp", args.amp]
+        command += ["--reference"] if reference else []
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         if done.returncode != 0:

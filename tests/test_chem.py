@@ -57,10 +57,11 @@ def test_training_script_with_scaffold_split(tmp_path, bbbp_subset):
 
 def test_augmented_smiles_are_the_same_molecule_reproducible_and_rank_specific(bbbp_path):
     from rdkit import Chem
+    from partorch.chem import augmentation_vocabulary_strings
     from partorch.data import AugmentedSmilesDataset
     from partorch.tokenizer import SmilesTokenizer
     smiles = _parsed_bbbp(bbbp_path).smiles[:200]
-    tokenizer = SmilesTokenizer.build(smiles)
+    tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     datasets = [AugmentedSmilesDataset(smiles, np.zeros(200), tokenizer, seed=7, rank=r) for r in (0, 0, 1)]
     for d in datasets:
         d.set_epoch(3)
