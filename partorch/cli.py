@@ -174,8 +174,8 @@ class PreparedData:
 def prepare_data(args):
     """CSV -> validated molecules -> split -> tokenizer built on the whole set.
 
-    Every rank does this identically, before any collective, so bad input
-    stops all ranks the same way instead of leaving some waiting.
+    No collective here: every rank does it identically, before joining the
+    process group, so bad input stops all ranks alike and none is left waiting.
     """
     table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict)
     if args.validate_smiles or args.split == "scaffold":  # a scaffold needs a parsed molecule
@@ -194,12 +194,17 @@ def prepare_data(args):
         splits = split_indices(table.labels, args.seed, args.split, table.smiles)
     except DataError as exc:
         raise DataError(f"{args.dataset}: {exc}") from None
-    assert_same_on_all_ranks({
-        "split": _digest([splits.train.tolist(), splits.dev.tolist(), splits.test.tolist()]),
-        "vocabulary": _digest(tokenizer.to_dict())})
     log.info("data: %d molecules, train %d, dev %d, test %d, vocabulary %d",
              len(table.smiles), len(splits.train), len(splits.dev), len(splits.test), tokenizer.vocab_size)
     return PreparedData(table, splits, tokenizer)
+
+
+def verify_same_data_on_all_ranks(data):
+    """Stop every rank if any rank has another split or vocabulary (a stale
+    copy of the file on one node would otherwise train without a word)."""
+    assert_same_on_all_ranks({
+        "split": _digest([data.splits.train.tolist(), data.splits.dev.tolist(), data.splits.test.tolist()]),
+        "vocabulary": _digest(data.tokenizer.to_dict())})
 
 
 def prepare_output_dir(path, rank=0, local_rank=0):

@@ -63,6 +63,9 @@ def setup_distributed(timeout_seconds=300):
         dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    # Every rank finishes joining before any may leave (a rank that failed
+    # later and exited at once would break a peer still connecting).
+    dist.barrier()
     ctx = DistContext(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
                       local_world_size=_env_int("LOCAL_WORLD_SIZE", 1), device=device, backend=backend)
     logging.getLogger("partorch").info("process group: rank %d of %d (local rank %d), backend %s, device %s",

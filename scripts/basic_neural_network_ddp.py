@@ -17,17 +17,18 @@ from torch.utils.tensorboard import SummaryWriter
 from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_ddp_dataloader,
                       model_hparams, prepare_checkpointing, prepare_data, prepare_output_dir,
                       run_main, seed_everything, set_cpu_threads, setup_distributed, setup_logging,
-                      teardown_distributed, train)
+                      teardown_distributed, train, verify_same_data_on_all_ranks)
 
 
 def main(args):
     started = time.perf_counter()
     setup_logging(args.quiet)
+    seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
+    data = prepare_data(args)  # before joining the group: bad input stops every rank alike
     ctx = setup_distributed(args.dist_timeout)
     device, master_process = ctx.device, ctx.master_process
     set_cpu_threads(ctx.local_world_size, args.threads)
-    seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
-    data = prepare_data(args)
+    verify_same_data_on_all_ranks(data)
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)

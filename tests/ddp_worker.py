@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import synthetic_molecules  # noqa: E402
 from partorch import (RNNPredictor, SmilesTokenizer, build_parser, evaluate_split, get_ddp_dataloader,  # noqa: E402
-                      prepare_data, run_main, setup_distributed, teardown_distributed)
+                      prepare_data, run_main, setup_distributed, teardown_distributed,
+                      verify_same_data_on_all_ranks)
 from partorch.distributed import all_reduce_sum  # noqa: E402
 from partorch.training_loop import StepOptions, set_epoch, train_one_epoch  # noqa: E402
 
@@ -87,7 +88,7 @@ def start_up_digest(ctx, opts):
     # Each rank reads its own copy of the data: the copies differ, as they
     # would if one node had a stale file.
     args = build_parser("", "unused").parse_args([opts.csv.replace("RANK", str(ctx.rank))])
-    prepare_data(args)
+    verify_same_data_on_all_ranks(prepare_data(args))
     return {"passed": True}
 
 

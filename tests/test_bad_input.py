@@ -60,7 +60,7 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 2, result.stderr[-2000:]
-    assert all(expected in e for e in errors), errors[0]
+    assert all(expected in e for e in errors), errors
     assert not [line for line in result.stderr.splitlines() if line.strip().startswith("File ")
                 and ("partorch/" in line or "scripts/" in line)]
     assert [p.name for p in output.iterdir()] == ["metrics.json"]
