@@ -64,3 +64,17 @@ def test_bad_column_stops_every_rank_with_one_error_line(bbbp_subset, tmp_path):
     assert len(errors) == 2 and all("no column 'nope'; the columns are" in e for e in errors)
     assert not _our_traceback(result.stderr)
     assert not (tmp_path / "o").exists()
+
+
+def test_tutorial_line_references_point_at_the_right_lines():
+    """docs/tutorial.md cites lines of the DDP script; keep them honest."""
+    import re
+    from conftest import ROOT
+    lines = DDP.read_text().splitlines()
+    expected = {26: "seed_everything", 27: "prepare_data", 28: "setup_distributed", 30: "set_cpu_threads",
+                31: "verify_same_data_on_all_ranks", 35: "get_ddp_dataloader", 41: "prepare_output_dir",
+                45: "DistributedDataParallel(", 48: "SummaryWriter", 51: "train(", 56: "load_state_dict"}
+    cited = {int(n) for n in re.findall(r"\(lines? (\d+)", (ROOT / "docs" / "tutorial.md").read_text())}
+    assert cited <= set(expected) | {37, 56}, cited - set(expected)
+    for number, text in expected.items():
+        assert text in lines[number - 1], (number, lines[number - 1])
