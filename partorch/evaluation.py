@@ -59,16 +59,18 @@ def evaluate(model, loader, device, split="this split"):
 def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256):
     """Probabilities for SMILES strings, in input order.
 
-    Returns (probabilities, failures): a string the tokenizer cannot encode
-    gets NaN and an entry (position, message) in failures; the rest are still
-    predicted. Batches are length-sorted, which is exact for this model.
+    Returns (probabilities, failures): an empty string, or one with tokens
+    outside the vocabulary (the model never learned them), gets NaN and an
+    entry (position, message) in failures; the rest are still predicted.
+    Batches are length-sorted, which is exact for this model.
     """
     encodable, failures = [], []
     for i, smiles in enumerate(smiles_list):
-        if smiles and tokenizer.can_encode(smiles):
+        unknown = tokenizer.unknown_tokens(smiles)
+        if smiles and not unknown:
             encodable.append(i)
         else:
-            failures.append((i, "empty SMILES" if not smiles else f"cannot encode {smiles!r}"))
+            failures.append((i, f"unknown tokens {unknown} in {smiles!r}" if smiles else "empty SMILES"))
     probabilities = np.full(len(smiles_list), np.nan)
     if encodable:
         loader = get_dataloader(smiles_list=[smiles_list[i] for i in encodable], labels=np.zeros(len(encodable)),

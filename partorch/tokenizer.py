@@ -41,6 +41,9 @@ class BytesTokenizer:
     def can_encode(self, smiles):
         return smiles.isascii() and "\0" not in smiles
 
+    def unknown_tokens(self, smiles):
+        return [ch for ch in smiles if not 0 < ord(ch) < 128]
+
     def decode(self, ids):
         return "".join(chr(i) for i in ids if i != 0)
 
@@ -73,6 +76,10 @@ class SmilesTokenizer:
 
     def can_encode(self, smiles):
         return True  # unknown tokens become <unk>
+
+    def unknown_tokens(self, smiles):
+        """Tokens outside the vocabulary (the model never saw them in training)."""
+        return [tok for tok in split_smiles(smiles) if tok not in self.token_to_id]
 
     def decode(self, ids):
         return "".join(self.tokens[i] for i in ids if i != 0)

@@ -120,7 +120,7 @@ def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     molecules.to_csv(tmp_path / "in.csv", index=False)
     result = run_script([SCRIPTS / "predict.py", out, tmp_path / "in.csv", "--output", tmp_path / "p.csv"])
     assert result.returncode == 0, result.stderr
-    assert "row 7: cannot encode 'CCé'" in result.stderr
+    assert "row 7: unknown tokens ['é'] in 'CCé'" in result.stderr
     predicted = pd.read_csv(tmp_path / "p.csv")
     assert list(predicted["smiles"]) == list(molecules["smiles"])
     model, tokenizer, _ = load_model_dir(out)

@@ -22,6 +22,7 @@ def test_smiles_round_trip_and_unknown_token():
         ids = tokenizer.encode(s)
         assert 0 not in ids and tokenizer.decode(ids) == s
     assert tokenizer.encode("Br") == [tokenizer.token_to_id["<unk>"]]
+    assert tokenizer.unknown_tokens("CCBr") == ["Br"] and tokenizer.unknown_tokens("CCO") == []
 
 
 def test_vocabulary_is_independent_of_row_order():
