@@ -5,8 +5,9 @@
     python scripts/predict.py runs/ddp molecules.csv --smiles-column SMILES --output out.csv
 
 MODEL_DIR is a training run's --output-dir (best_model.pt, tokenizer.json,
-hparams.json). A row that cannot be encoded is reported on stderr with its
-row number and gets an empty probability; the others are still predicted.
+hparams.json). A row that is empty or holds tokens outside the training
+vocabulary is reported on stderr with its row number and gets an empty
+probability; the others are still predicted.
 """
 import argparse
 import csv
