@@ -265,8 +265,8 @@ def finish_run(*, args, result, test, tokenizer, writer, world_size, started):
                    train_samples_per_second=result.train_samples_per_second,
                    wall_seconds=time.perf_counter() - started, seed=args.seed, history=result.history)
     atomic_write_json(metrics, output / "metrics.json")
-    writer.add_scalar("Loss/test", test.loss, result.best_epoch)
-    writer.add_scalar("ROC_AUC/test", test.roc_auc, result.best_epoch)
+    writer.add_scalar("Loss/test_at_best_epoch", test.loss, result.best_epoch)
+    writer.add_scalar("ROC_AUC/test_at_best_epoch", test.roc_auc, result.best_epoch)
     writer.add_pr_curve("PR/test", test.labels, test.probabilities, result.best_epoch)
     roc = roc_figure(test.labels, test.probabilities, f"Test ROC curve (AUC {test.roc_auc:.3f})")
     roc.savefig(output / "roc_curve.png", dpi=110)

@@ -24,9 +24,12 @@ def training_curves_figure(history, best_epoch):
     figure, (loss_ax, auc_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     loss_ax.plot(epochs, [row["train_loss"] for row in history], label="train")
     loss_ax.plot(epochs, [row["dev_loss"] for row in history], label="dev")
+    if "test_loss" in history[0]:
+        loss_ax.plot(epochs, [row["test_loss"] for row in history], label="test")
+        auc_ax.plot(epochs, [row["test_roc_auc"] for row in history], label="test", color="C2")
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
     auc_ax.plot(epochs, [row["dev_roc_auc"] for row in history], label="dev", color="C1")
-    auc_ax.set(xlabel="epoch", ylabel="ROC AUC", title="Dev ROC AUC")
+    auc_ax.set(xlabel="epoch", ylabel="ROC AUC", title="ROC AUC")
     for ax in (loss_ax, auc_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.axvline(best_epoch, color="grey", linestyle=":", label=f"best epoch ({best_epoch})")

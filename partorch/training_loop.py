@@ -191,8 +191,11 @@ def restore_snapshot(state, *, model, optimizer):
 
 def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_batch_size,
           patience=None, writer=None, progress=False, sharded_eval=False, tta=0, accumulate=1, amp="off",
-          snapshot_path=None, snapshot_extra=None, resume_from=None):
+          snapshot_path=None, snapshot_extra=None, resume_from=None, test_loader=None):
     """Train, score dev each epoch, keep the best weights (a state-dict copy).
+
+    With `test_loader`, the test set is scored each epoch too, for the curves
+    only: the best epoch is chosen on dev alone.
 
     With `snapshot_path`, a snapshot is saved after every epoch; `resume_from`
     (a loaded snapshot) continues at the epoch after it.
@@ -221,6 +224,9 @@ def train(*, model, optimizer, train_loader, dev_loader, epochs, device, global_
         dev = evaluate_split(model, dev_loader, device, "dev split", sharded_eval, tta)
         row = dict(epoch=epoch, train_loss=train_loss, dev_loss=dev.loss, dev_roc_auc=dev.roc_auc,
                    samples_per_second=samples / seconds, lr=optimizer.param_groups[0]["lr"])
+        if test_loader is not None:
+            test = evaluate_split(model, test_loader, device, "test split", sharded_eval, tta)
+            row.update(test_loss=test.loss, test_roc_auc=test.roc_auc)
         best.history.append(row)
         best.epochs_completed = epoch
         if dev.roc_auc > best.best_dev_roc_auc:
@@ -246,5 +252,8 @@ def _report_epoch(row, epochs, writer):
         writer.add_scalar("Loss/train", row["train_loss"], step)
         writer.add_scalar("Loss/dev", row["dev_loss"], step)
         writer.add_scalar("ROC_AUC/dev", row["dev_roc_auc"], step)
+        if "test_loss" in row:
+            writer.add_scalar("Loss/test", row["test_loss"], step)
+            writer.add_scalar("ROC_AUC/test", row["test_roc_auc"], step)
         writer.add_scalar("Throughput/train_samples_per_second", row["samples_per_second"], step)
         writer.add_scalar("LR", row["lr"], step)

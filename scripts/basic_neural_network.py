@@ -40,7 +40,7 @@ def main(args):
     result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
                    epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
                    accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
-                   progress=not args.quiet, tta=args.tta, **checkpointing)
+                   progress=not args.quiet, tta=args.tta, test_loader=test_loader, **checkpointing)
     model.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split", tta=args.tta)
     finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,

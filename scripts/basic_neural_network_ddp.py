@@ -52,7 +52,7 @@ def main(args):
                    epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
                    accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
                    progress=master_process and not args.quiet, sharded_eval=args.distributed_eval,
-                   tta=args.tta, **checkpointing)
+                   tta=args.tta, test_loader=test_loader, **checkpointing)
     model.module.load_state_dict(result.best_state)
     test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval, tta=args.tta)
     if master_process:

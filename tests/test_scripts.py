@@ -41,7 +41,14 @@ def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
     # One writer: rank 0's scalars file, and the hparams run it added.
     events = _event_files(out)
     assert len(events) == 2 and sum(e.startswith("hparams/") for e in events) == 1, events
-    assert {"best_model.pt", "tokenizer.json", "hparams.json"} <= {p.name for p in out.iterdir()}
+    assert {"best_model.pt", "tokenizer.json", "hparams.json", "roc_curve.png", "training_curves.png"} <= {
+        p.name for p in out.iterdir()}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(out))
+    events.Reload()
+    for tag in ("Loss/train", "Loss/dev", "Loss/test", "ROC_AUC/dev", "ROC_AUC/test", "LR"):
+        assert [e.step for e in events.Scalars(tag)] == [1, 2], tag
+    assert "ROC/test" in events.Tags()["images"]
 
 
 @pytest.mark.timeout(300)
