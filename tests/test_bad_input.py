@@ -91,3 +91,11 @@ def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
     assert len(bad) == 11
     cleaned = drop_rows(table, bad, "have SMILES that RDKit cannot parse")
     assert len(cleaned.smiles) == 2039 and "11 rows have SMILES that RDKit cannot parse" in cleaned.warnings[-1]
+
+
+@pytest.mark.timeout(90)
+def test_nonsense_flag_under_torchrun_stops_both_ranks(bbbp_subset):
+    result = run_script([DDP, bbbp_subset, "--batch-size", "0"], nproc=2, timeout=80)
+    assert result.returncode != 0
+    rejections = [line for line in result.stderr.splitlines() if "error: argument --batch-size: must be > 0" in line]
+    assert len(rejections) == 2 and "Traceback (most recent call last):\n  File \"/work" not in result.stderr
