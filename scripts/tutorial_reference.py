@@ -1,5 +1,10 @@
-"""The workshop tutorial's data path and loop, rebuilt for `benchmark.py
---reference`: it exists to be measured against, not to train with.
+"""The workshop tutorial's data path and loop, rebuilt to be measured
+against, not to train with: `benchmark.py --reference` times it, and
+
+    python scripts/tutorial_reference.py dataset/BBBP.csv --epochs 10 --seed 1729
+
+trains with it for a fixed number of epochs and prints its test ROC AUC, to
+compare with `basic_neural_network.py --epochs 10 --patience 0` at equal epochs.
 
 As the tutorial does it: each molecule is tokenized in `__getitem__`, random
 batches of 256 go through `pack_padded_sequence` into one multi-layer
@@ -61,3 +66,61 @@ def reference_step(model, optimizer, batch, writer, step):
     optimizer.step()
     writer.add_scalar("Loss/train", loss.item(), step)  # a host sync and a write, every step
     return loss.detach()
+
+
+@torch.no_grad()
+def _roc_auc(model, loader):
+    from sklearn.metrics import roc_auc_score
+    model.eval()
+    labels, scores = [], []
+    for tokens, lengths, batch_labels in loader:
+        scores += torch.sigmoid(model(tokens, lengths)).tolist()
+        labels += batch_labels.tolist()
+    return roc_auc_score(labels, scores)
+
+
+def main():
+    """Train with the tutorial's loop for a fixed number of epochs and print
+    its test ROC AUC (best dev epoch's weights, as the tutorial keeps them),
+    to compare accuracy with partorch at equal epochs."""
+    import argparse
+    import copy
+    import tempfile
+    from torch.utils.tensorboard import SummaryWriter
+    from partorch import SmilesTokenizer, read_smiles_csv, split_indices
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("dataset")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1729)
+    parser.add_argument("--label-column", default="p_np")
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    table = read_smiles_csv(args.dataset, label_column=args.label_column)
+    splits = split_indices(table.labels, args.seed)
+    tokenizer = SmilesTokenizer.build(table.smiles)
+
+    def loader(indices, shuffle):
+        dataset = TokenizeOnReadDataset([table.smiles[i] for i in indices], table.labels[indices], tokenizer)
+        return DataLoader(dataset, batch_size=256, shuffle=shuffle, collate_fn=collate_unsorted, num_workers=2)
+
+    train, dev, test = loader(splits.train, True), loader(splits.dev, False), loader(splits.test, False)
+    model = PackedRNNPredictor(tokenizer.vocab_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+    writer = SummaryWriter(tempfile.mkdtemp(prefix="reference-tb-"))
+    best_auc, best_state, step = -1.0, None, 0
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        for batch in train:
+            reference_step(model, optimizer, batch, writer, step)
+            step += 1
+        auc = _roc_auc(model, dev)
+        print(f"epoch {epoch} dev ROC AUC {auc:.4f}", flush=True)
+        if auc > best_auc:
+            best_auc, best_state = auc, copy.deepcopy(model.state_dict())
+    model.load_state_dict(best_state)
+    print(f"Final test ROC AUC: {_roc_auc(model, test):.4f}")
+
+
+if __name__ == "__main__":
+    main()

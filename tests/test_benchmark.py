@@ -20,3 +20,11 @@ def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
     assert {(r["procs"], r["reference"]) for r in results} >= {(1, True), (1, False), (2, False)}
     assert all(r["samples"] > 0 and r["tokens"] > r["samples"] and len(r["peak_memory_mb"]) == r["procs"]
                for r in results)
+
+
+@pytest.mark.timeout(200)
+def test_tutorial_reference_trains_and_reports_a_test_auc(bbbp_subset):
+    result = run_script([SCRIPTS / "tutorial_reference.py", bbbp_subset, "--epochs", "1"], timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    finals = [line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")]
+    assert len(finals) == 1 and 0.0 <= float(finals[0].split(": ")[1]) <= 1.0
