@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 import sys
 
-import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
 from partorch import PartorchError, read_smiles_csv, roc_auc, run_main, split_indices

@@ -1,6 +1,5 @@
 """DDP pitfalls, each checked in real processes under torchrun (gloo, CPU)."""
 import json
-import sys
 
 import pandas as pd
 import pytest
