@@ -135,9 +135,16 @@ def _is_peer_failure(exc):
         re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE))
 
 
+# Bad input fails every rank at the same point; torchrun stops the others as
+# soon as one exits, so each waits a moment for its peers to say so too.
+PEER_GRACE_SECONDS = 2.0
+
+
 def _fail(message):
     sys.stderr.write(f"error: {message}\n")  # one write, so ranks do not interleave
     sys.stderr.flush()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        time.sleep(PEER_GRACE_SECONDS)
     sys.exit(2)
 
 
@@ -174,8 +181,8 @@ class PreparedData:
 def prepare_data(args):
     """CSV -> validated molecules -> split -> tokenizer built on the whole set.
 
-    No collective here: every rank does it identically, before joining the
-    process group, so bad input stops all ranks alike and none is left waiting.
+    No collective here: every rank does it identically, so bad input stops
+    all ranks alike and none is left waiting for another.
     """
     table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict)
     if args.validate_smiles or args.split == "scaffold":  # a scaffold needs a parsed molecule

@@ -19,10 +19,10 @@ from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, ge
 def main(args):
     started = time.perf_counter()
     setup_logging(args.quiet)
-    seed_everything(args.seed)
-    data = prepare_data(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     set_cpu_threads(1, args.threads)
+    seed_everything(args.seed)
+    data = prepare_data(args)
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
                        batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)

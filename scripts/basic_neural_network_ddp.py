@@ -23,11 +23,11 @@ from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, ge
 def main(args):
     started = time.perf_counter()
     setup_logging(args.quiet)
-    seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
-    data = prepare_data(args)  # before joining the group: bad input stops every rank alike
     ctx = setup_distributed(args.dist_timeout)
     device, master_process = ctx.device, ctx.master_process
     set_cpu_threads(ctx.local_world_size, args.threads)
+    seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
+    data = prepare_data(args)  # no collective inside: bad input stops every rank alike
     verify_same_data_on_all_ranks(data)
 
     loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,

@@ -78,7 +78,7 @@ def test_tutorial_line_references_point_at_the_right_lines():
     import re
     from conftest import ROOT
     lines = DDP.read_text().splitlines()
-    expected = {26: "seed_everything", 27: "prepare_data", 28: "setup_distributed", 30: "set_cpu_threads",
+    expected = {26: "setup_distributed", 28: "set_cpu_threads", 29: "seed_everything", 30: "prepare_data",
                 31: "verify_same_data_on_all_ranks", 35: "get_ddp_dataloader", 41: "prepare_output_dir",
                 45: "DistributedDataParallel(", 48: "SummaryWriter", 51: "train(", 56: "load_state_dict"}
     cited = {int(n) for n in re.findall(r"\(lines? (\d+)", (ROOT / "docs" / "tutorial.md").read_text())}
