@@ -1,9 +1,19 @@
 """The benchmark runs end to end on a tiny setting; no timing is asserted."""
+import importlib.util
 import json
+import os
+import sys
 
 import pytest
 
 from conftest import SCRIPTS, run_script
+
+
+def load_benchmark_module():
+    spec = importlib.util.spec_from_file_location("benchmark", SCRIPTS / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.timeout(300)
@@ -11,7 +21,7 @@ def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
     out = tmp_path / "docs"
     result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "2", "--warmup", "1",
                          "--reference", "--reference-steps", "1", "--max-procs", "2", "--output-dir", out], timeout=280)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-6000:]
     report = (out / "benchmarks.md").read_text()
     assert "| bbbp300.csv | tutorial | 1 x" in report and "| bbbp300.csv | partorch | 2 x 1 | 64 |" in report
     assert "| bbbp300.csv | partorch | 2 x 1 | 128 |" in report  # weak scaling: the batch of one process each
@@ -28,3 +38,35 @@ def test_tutorial_reference_trains_and_reports_a_test_auc(bbbp_subset):
     assert result.returncode == 0, result.stderr[-2000:]
     finals = [line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")]
     assert len(finals) == 1 and 0.0 <= float(finals[0].split(": ")[1]) <= 1.0
+
+
+def fake_job(tmp_path, fail_times, how):
+    """A command that fails `fail_times` times (as torchrun reports a worker
+    `how` died), then succeeds."""
+    counter = tmp_path / "attempts"
+    code = (f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0; "
+            f"p.write_text(str(n + 1)); sys.stderr.write('worker line\\n  exitcode  : {how}\\n'); "
+            f"sys.exit(1 if n < {fail_times} else 0)")
+    return [sys.executable, "-c", code], counter
+
+
+def test_a_job_whose_worker_died_from_a_signal_runs_once_more_and_says_so(tmp_path, capsys):
+    benchmark = load_benchmark_module()
+    command, counter = fake_job(tmp_path, fail_times=1, how="-6 (pid: 1)")
+    benchmark.run_job(command, dict(os.environ))
+    assert counter.read_text() == "2"
+    assert "warning: a worker died from a signal" in capsys.readouterr().err
+
+    command, counter = fake_job(tmp_path / "twice", fail_times=2, how="-6 (pid: 1)")
+    (tmp_path / "twice").mkdir()
+    with pytest.raises(SystemExit, match="benchmark job failed") as failure:
+        benchmark.run_job(command, dict(os.environ))
+    assert counter.read_text() == "2" and "worker line" in str(failure.value)
+
+
+def test_a_job_that_failed_on_its_own_is_not_retried(tmp_path):
+    benchmark = load_benchmark_module()
+    command, counter = fake_job(tmp_path, fail_times=1, how="1 (pid: 1)")
+    with pytest.raises(SystemExit, match="benchmark job failed"):
+        benchmark.run_job(command, dict(os.environ))
+    assert counter.read_text() == "1"
