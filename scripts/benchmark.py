@@ -188,7 +188,10 @@ def configurations(max_procs, cores, batch_size):
     at N times the batch, so each process keeps the batch of one (weak scaling)."""
     configs = [(1, cores, batch_size)] if cores > 1 else []
     configs += [(p, 1, batch_size) for p in range(1, max_procs + 1)]
-    return configs + [(p, 1, batch_size * p) for p in range(2, max_procs + 1)]
+    configs += [(p, 1, batch_size * p) for p in range(2, max_procs + 1)]
+    # one process at the per-process batch of p processes: separates what the
+    # smaller batch costs from what the gradient exchange costs
+    return configs + [(1, 1, batch_size // p) for p in range(2, max_procs + 1) if batch_size // p > 0]
 
 
 def markdown_report(results, peaks, args, command):
@@ -221,7 +224,23 @@ def markdown_report(results, peaks, args, command):
                      f"| {100 * r['flops_per_second'] / peak:.0f} % | {r['epoch_seconds']:.1f} "
                      f"| {', '.join(f'{m:.0f}' for m in r['peak_memory_mb'])} "
                      f"| {r['samples_per_second'] / base['samples_per_second']:.2f}x |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + scaling_notes(results, args.batch_size)) + "\n"
+
+
+def scaling_notes(results, batch_size):
+    """Strong scaling split in two: the per-process batch shrinks, and the
+    gradients are exchanged. Compare p processes with p times one process
+    running the batch each of them gets."""
+    notes = []
+    for r in results:
+        alone = next((a for a in results if a["dataset"] == r["dataset"] and not a["reference"] and a["procs"] == 1
+                      and a["threads"] == 1 and a["global_batch"] == batch_size // r["procs"]), None)
+        if r["procs"] > 1 and r["global_batch"] == batch_size and alone:
+            ideal = r["procs"] * alone["samples_per_second"]
+            notes.append(f"- {r['dataset']}: {r['procs']} processes at global batch {batch_size} run "
+                         f"{r['samples_per_second']:.1f} samples/s, {100 * r['samples_per_second'] / ideal:.0f} % of "
+                         f"{r['procs']} x one process at batch {alone['global_batch']} ({ideal:.1f}).")
+    return ["", "Where strong scaling goes:", *notes] if notes else []
 
 
 def plot(results, path):
@@ -232,7 +251,7 @@ def plot(results, path):
     figure, ax = plt.subplots(figsize=(6.5, 4.5))
     for name in sorted({r["dataset"] for r in results}):
         ours = [r for r in results if r["dataset"] == name and not r["reference"] and r["threads"] == 1]
-        one = next(r for r in ours if r["procs"] == 1)
+        one = max((r for r in ours if r["procs"] == 1), key=lambda r: r["global_batch"])
         for label, keep, style in (("same global batch", lambda r: r["global_batch"] == one["global_batch"], "-"),
                                    ("same batch per process", lambda r: r["global_batch"] == one["global_batch"] * r["procs"], ":")):
             rows = sorted(filter(keep, ours), key=lambda r: r["procs"])

@@ -1,5 +1,6 @@
 import os
 from pathlib import Path
+import signal
 import subprocess
 import sys
 
@@ -57,5 +58,15 @@ def run_script(args, nproc=None, timeout=240, env=None):
     if nproc:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run(launcher + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=full_env)
+    # A session of its own: on a timeout the whole tree (torchrun, its
+    # workers, a benchmark's jobs) goes, not only the first process, so no
+    # orphan keeps loading the machine for the tests after it.
+    with subprocess.Popen(launcher + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=ROOT, env=full_env, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -25,6 +25,8 @@ def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
     report = (out / "benchmarks.md").read_text()
     assert "| bbbp300.csv | tutorial | 1 x" in report and "| bbbp300.csv | partorch | 2 x 1 | 64 |" in report
     assert "| bbbp300.csv | partorch | 2 x 1 | 128 |" in report  # weak scaling: the batch of one process each
+    assert "| bbbp300.csv | partorch | 1 x 1 | 32 |" in report  # one process at the batch each of two gets
+    assert "- bbbp300.csv: 2 processes at global batch 64 run" in report
     assert (out / "benchmark_scaling.png").stat().st_size > 1000
     results = json.loads((out / "benchmarks.json").read_text())["results"]
     assert {(r["procs"], r["reference"]) for r in results} >= {(1, True), (1, False), (2, False)}
