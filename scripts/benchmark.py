@@ -166,9 +166,10 @@ def launch(args, dataset, procs, threads, reference=False, batch_size=None):
 def run_job(command, env, attempts=2):
     """Run one torchrun job; a worker killed by a signal gets one more try.
 
-    Seen once in CI under heavy load: a worker aborting in C++ ("terminate
-    called without an active exception") with no Python error, which says
-    nothing about the speed being measured. It is reported, never hidden.
+    Seen once in CI, and here in 1 of 20 jobs with the cores kept busy: a
+    worker aborting in C++ ("terminate called without an active exception")
+    with no Python error, which says nothing about the speed being measured.
+    It is reported, never hidden.
     """
     for attempt in range(1, attempts + 1):
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
