@@ -1,21 +1,39 @@
-"""partorch: a data-parallel (DDP) training template for SMILES classifiers."""
+"""partorch: parts for data-parallel (DDP) training of molecule models.
+
+The training loop lives in the scripts (scripts/basic_neural_network.py and
+its DDP twin); the package holds the parts they use, one concern a module:
+
+    molecule_csv  reading and validating a CSV of SMILES and labels
+    splits        train / dev / test indices (stratified, random, scaffold)
+    tokenizer     SMILES and byte tokenizers
+    datasets      the typed Batch, SMILES and feature datasets
+    sampler       batch samplers that shard every global batch across ranks
+    loaders       get_dataloader / get_ddp_dataloader
+    rnn           the recurrent model (no loss, no optimiser, no DDP)
+    tasks         loss and metrics: classification, multi-task, regression
+    evaluation    model outputs over a loader; outputs for new SMILES
+    distributed   rendezvous, threads, digests, object collectives
+    checkpoint    atomic writes, snapshots, the saved model folder
+    report        metrics.json, figures, TensorBoard at the end of a run
+    plots         the figures (matplotlib, imported when drawing)
+    chem          what needs RDKit
+    flags, logs, errors   the scripts' flags, logging and exit policy
+"""
 from .checkpoint import load_model_dir, save_model_dir
-from .cli import (build_parser, finish_run, model_hparams, prepare_checkpointing, prepare_data, prepare_output_dir,
-                  run_main, seed_everything, setup_logging, verify_same_data_on_all_ranks)
-from .data import (LengthBucketBatchSampler, SmilesDataset, collate_batch, get_dataloader, get_ddp_dataloader,
-                   read_smiles_csv, split_indices)
-from .distributed import set_cpu_threads, setup_distributed, teardown_distributed, unwrap
-from .errors import PartorchError
-from .evaluation import evaluate, predict, predict_smiles, roc_auc
+from .datasets import Batch, FeatureDataset, SmilesDataset, TrainingData
+from .errors import PartorchError, run_main
+from .evaluation import predict, predict_smiles
+from .loaders import get_dataloader, get_ddp_dataloader
+from .molecule_csv import read_molecule_csv
 from .rnn import RNNPredictor
-from .tokenizer import BytesTokenizer, SmilesTokenizer, build_tokenizer, load_tokenizer
-from .training_loop import evaluate_split, train
+from .sampler import LengthBucketBatchSampler
+from .splits import split_indices
+from .tasks import BinaryClassification, Regression
+from .tokenizer import BytesTokenizer, SmilesTokenizer
 
 __all__ = [
-    "BytesTokenizer", "LengthBucketBatchSampler", "PartorchError", "RNNPredictor", "SmilesDataset",
-    "SmilesTokenizer", "build_parser", "build_tokenizer", "collate_batch", "evaluate", "evaluate_split",
-    "finish_run", "get_dataloader", "get_ddp_dataloader", "load_model_dir", "load_tokenizer", "model_hparams",
-    "predict", "predict_smiles", "prepare_checkpointing", "prepare_data", "prepare_output_dir", "read_smiles_csv", "roc_auc",
-    "run_main", "save_model_dir", "seed_everything", "set_cpu_threads", "setup_distributed", "setup_logging",
-    "split_indices", "teardown_distributed", "train", "unwrap", "verify_same_data_on_all_ranks",
+    "Batch", "BinaryClassification", "BytesTokenizer", "FeatureDataset", "LengthBucketBatchSampler",
+    "PartorchError", "RNNPredictor", "Regression", "SmilesDataset", "SmilesTokenizer", "TrainingData",
+    "get_dataloader", "get_ddp_dataloader", "load_model_dir", "predict", "predict_smiles", "read_molecule_csv",
+    "run_main", "save_model_dir", "split_indices",
 ]

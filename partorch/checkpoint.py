@@ -1,11 +1,16 @@
-"""Atomic writes, training snapshots, and saving / loading a model directory.
+"""Atomic writes, training snapshots, and a saved model folder.
 
-A model directory holds `best_model.pt` (a state dict: tensors only, loadable
-with `weights_only=True`), `tokenizer.json` and `hparams.json`. A training
-snapshot (`checkpoints/last.pt`) holds everything needed to continue a run
-after a crash or a torchrun restart, again as tensors and plain types only.
+A model folder holds `best_model.pt` (a state dict: tensors only, loadable
+with `weights_only=True`) and JSON files that describe it (`hparams.json`
+with the model's constructor arguments, `task.json`, `tokenizer.json`...).
+`load_model_dir` rebuilds the model through a factory you pass, so this
+module knows no model class. A training snapshot (`checkpoints/last.pt`)
+holds everything needed to continue a run after a crash or a torchrun
+restart, again as tensors and plain types only.
 """
+from dataclasses import asdict, dataclass, field
 import json
+import math
 import os
 from pathlib import Path
 import random
@@ -15,10 +20,8 @@ import numpy as np
 import torch
 
 from .errors import PartorchError
-from .rnn import RNNPredictor
-from .tokenizer import load_tokenizer
 
-MODEL_FILE, TOKENIZER_FILE, HPARAMS_FILE = "best_model.pt", "tokenizer.json", "hparams.json"
+MODEL_FILE = "best_model.pt"
 
 
 class CheckpointError(PartorchError):
@@ -45,12 +48,8 @@ def atomic_torch_save(obj, path):
     _atomic(path, lambda f: torch.save(obj, f))
 
 
-def atomic_write_text(text, path):
-    _atomic(path, lambda f: f.write(text.encode()))
-
-
 def atomic_write_json(obj, path):
-    atomic_write_text(json.dumps(obj, indent=2) + "\n", path)
+    _atomic(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
 
 
 def ensure_writable_dir(path):
@@ -64,33 +63,84 @@ def ensure_writable_dir(path):
         raise CheckpointError(f"output folder {path} is not writable ({exc.strerror})") from None
 
 
-def save_model_dir(directory, state_dict, tokenizer, hparams):
-    directory = Path(directory)
-    atomic_torch_save(state_dict, directory / MODEL_FILE)
-    atomic_write_json(tokenizer.to_dict(), directory / TOKENIZER_FILE)
-    atomic_write_json(hparams, directory / HPARAMS_FILE)
-
-
-def load_state(path, device="cpu"):
+def load_state(path):
+    """A torch file, tensors and plain types only, on the CPU (the caller moves what belongs on a device)."""
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
     except Exception as exc:  # torch raises many kinds for a damaged file
         raise CheckpointError(f"{path}: corrupt or not a partorch checkpoint ({type(exc).__name__})") from None
 
 
-def load_model_dir(directory, device="cpu"):
-    """(model in eval mode, tokenizer, hparams) from a saved model directory."""
+# ------------------------------------------------------------ model folder
+def save_model_dir(directory, state_dict, descriptions):
+    """best_model.pt, and `name.json` for each entry of `descriptions`."""
     directory = Path(directory)
+    atomic_torch_save(state_dict, directory / MODEL_FILE)
+    for name, content in descriptions.items():
+        atomic_write_json(content, directory / f"{name}.json")
+
+
+def load_model_dir(directory, build_model, device="cpu"):
+    """(model in eval mode, descriptions) from a saved model folder.
+
+    `build_model(descriptions)` returns an untrained model, where
+    `descriptions` maps each JSON file's stem ("hparams", "task", ...) to
+    its content."""
+    directory = Path(directory)
+    descriptions = {}
+    for path in sorted(directory.glob("*.json")):
+        try:
+            descriptions[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{path}: cannot read ({exc})") from None
+    model = build_model(descriptions)
     try:
-        hparams = json.loads((directory / HPARAMS_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{directory / HPARAMS_FILE}: cannot read ({exc})") from None
-    tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
-    model = RNNPredictor(tokenizer.vocab_size, **hparams["model"])
-    model.load_state_dict(load_state(directory / MODEL_FILE, device))
-    return model.to(device).eval(), tokenizer, hparams
+        model.load_state_dict(load_state(directory / MODEL_FILE))
+    except (RuntimeError, KeyError) as exc:
+        raise CheckpointError(f"{directory / MODEL_FILE} does not fit the model its JSON files describe "
+                              f"({str(exc).splitlines()[0][:200]})") from None
+    return model.to(device).eval(), descriptions
+
+
+# ------------------------------------------------------------ training snapshots
+@dataclass
+class TrainingState:
+    """Where a run stands after an epoch: what keep-best and early stopping need."""
+    epoch: int = 0  # epochs completed
+    best_epoch: int = 0
+    best_score: float = -math.inf
+    best_state: dict = field(default_factory=dict)  # copies of the best epoch's weights
+    history: list = field(default_factory=list)  # one dict of figures per epoch
+
+
+def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity):
+    """Written by rank 0 only: the plain module's weights, the optimiser and
+    loss scaler, the training state, every rank's random states, and what
+    identifies the run (compared on resume)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_torch_save(dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
+                           state=asdict(state), rng=rng_states, identity=identity), path)
+
+
+def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank):
+    """Load a snapshot of *this* run into model, optimiser and scaler; return its TrainingState."""
+    differences = [f"{key}: snapshot {snapshot['identity'].get(key)!r}, this run {value!r}"
+                   for key, value in identity.items() if snapshot.get("identity", {}).get(key) != value]
+    if differences:
+        raise CheckpointError("the snapshot belongs to another run (" + "; ".join(differences)[:600]
+                              + "); use another --output-dir, or remove its checkpoints/")
+    try:
+        model.load_state_dict(snapshot["model"])
+        optimizer.load_state_dict(snapshot["optimizer"])
+        scaler.load_state_dict(snapshot["scaler"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"the snapshot does not fit this model and these flags ({str(exc)[:200]})") from None
+    rng = snapshot["rng"]
+    restore_rng(rng[rank] if rank < len(rng) else rng[0])
+    return TrainingState(**snapshot["state"])
 
 
 def capture_rng():
@@ -107,7 +157,7 @@ def restore_rng(state):
     torch.set_rng_state(state["torch"].cpu())
     random.setstate(_tuples(state["python"]))
     name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    np.random.set_state((name, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"].cpu())
 

@@ -1,6 +1,6 @@
 """The chemistry that needs RDKit (the optional `chem` extra): parsing
-checks, Bemis-Murcko scaffolds, Morgan fingerprints. RDKit is imported inside
-each function, so the rest of partorch works without it."""
+checks, Bemis-Murcko scaffolds, Morgan fingerprints, random SMILES. RDKit is
+imported inside each function, so the rest of partorch works without it."""
 import numpy as np
 
 from .errors import PartorchError
@@ -15,10 +15,10 @@ def _rdkit():
     return Chem
 
 
-def invalid_smiles_rows(table):
-    """Positions in `table` whose SMILES RDKit cannot parse."""
+def unparsable_smiles(smiles):
+    """Positions of the SMILES that RDKit cannot parse."""
     Chem = _rdkit()
-    return [i for i, s in enumerate(table.smiles) if Chem.MolFromSmiles(s) is None]
+    return [i for i, s in enumerate(smiles) if Chem.MolFromSmiles(s) is None]
 
 
 def scaffold_groups(smiles):

@@ -1,5 +1,45 @@
-"""The one exception type the command line turns into `error: ...`."""
+"""The one exception type for bad input or set-up, and how a command ends on
+it: one `error: ...` line on stderr and exit status 2, never a traceback."""
+import os
+import re
+import sys
+import time
+
+import torch
 
 
 class PartorchError(Exception):
     """Bad input or set-up: reported as one line, never as a traceback."""
+
+
+# Bad input fails every rank at the same point; torchrun stops the others as
+# soon as one exits, so each waits a moment for its peers to say so too.
+PEER_GRACE_SECONDS = 2.0
+
+
+def run_main(main, parser):
+    """Parse the flags, call main(args); our errors and a lost peer end as one line."""
+    args = parser.parse_args()
+    try:
+        main(args)
+    except PartorchError as exc:
+        fail(str(exc))
+    except (torch.distributed.DistError, RuntimeError) as exc:
+        if not is_peer_failure(exc):
+            raise
+        fail("lost contact with another process: it crashed, was killed, or did not answer within "
+             f"--dist-timeout ({str(exc).strip().splitlines()[0][:300]})")
+
+
+def is_peer_failure(exc):
+    # gloo reports a dead or silent peer as a plain RuntimeError
+    return isinstance(exc, torch.distributed.DistError) or bool(
+        re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE))
+
+
+def fail(message):
+    sys.stderr.write(f"error: {message}\n")  # one write, so ranks do not interleave
+    sys.stderr.flush()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        time.sleep(PEER_GRACE_SECONDS)
+    sys.exit(2)

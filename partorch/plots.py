@@ -1,36 +1,69 @@
-"""Figures for people without TensorBoard: a test ROC curve and the training
-curves, as PNG files (and the ROC curve as a TensorBoard figure too)."""
-import matplotlib
+"""Figures for people without TensorBoard: test ROC curves (classification),
+predicted against measured (regression), and the training curves.
+matplotlib is imported here only, when a figure is drawn."""
+import numpy as np
 
-matplotlib.use("Agg")  # no display on clusters and CI
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-from sklearn.metrics import roc_curve  # noqa: E402
+MAX_LABELLED_CURVES = 6  # more tasks than this: curves without a legend entry each
 
 
-def roc_figure(labels, probabilities, title):
-    fpr, tpr, _ = roc_curve(labels, probabilities)
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")  # no display on clusters and CI
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def roc_figure(targets, probabilities, columns):
+    """One ROC curve per task that has both classes; the title gives their mean AUC."""
+    from sklearn.metrics import roc_auc_score, roc_curve
+    plt = _pyplot()
     figure, ax = plt.subplots(figsize=(4.5, 4.5))
-    ax.plot(fpr, tpr, label="model")
+    aucs = []
+    for j, column in enumerate(columns):
+        present = ~np.isnan(targets[:, j])
+        y, p = targets[present, j], probabilities[present, j]
+        if len(np.unique(y)) < 2:
+            continue
+        fpr, tpr, _ = roc_curve(y, p)
+        aucs.append(roc_auc_score(y, p))
+        label = column if len(columns) <= MAX_LABELLED_CURVES else None
+        ax.plot(fpr, tpr, label=label, alpha=1.0 if len(columns) == 1 else 0.5)
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="chance")
-    ax.set(xlabel="false positive rate", ylabel="true positive rate", title=title)
-    ax.legend(loc="lower right")
+    title = "Test ROC curve" if len(columns) == 1 else f"Test ROC curves ({len(aucs)} tasks)"
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title=f"{title}, AUC {np.mean(aucs):.3f}")
+    ax.legend(loc="lower right", fontsize=7)
     figure.tight_layout()
     return figure
 
 
-def training_curves_figure(history, best_epoch):
+def parity_figure(targets, predictions, columns):
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(4.5, 4.5))
+    for j, column in enumerate(columns):
+        present = ~np.isnan(targets[:, j])
+        ax.scatter(targets[present, j], predictions[present, j], s=8, alpha=0.6,
+                   label=column if len(columns) <= MAX_LABELLED_CURVES else None)
+    low, high = np.nanmin(targets), np.nanmax(targets)
+    ax.plot([low, high], [low, high], linestyle="--", color="grey", label="perfect")
+    ax.set(xlabel="measured", ylabel="predicted", title="Test set: predicted against measured")
+    ax.legend(loc="upper left", fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def training_curves_figure(history, best_epoch, score_name="roc_auc", score_title="ROC AUC"):
+    from matplotlib.ticker import MaxNLocator
+    plt = _pyplot()
     epochs = [row["epoch"] for row in history]
-    figure, (loss_ax, auc_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
+    figure, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     loss_ax.plot(epochs, [row["train_loss"] for row in history], label="train")
-    loss_ax.plot(epochs, [row["dev_loss"] for row in history], label="dev")
-    if "test_loss" in history[0]:
-        loss_ax.plot(epochs, [row["test_loss"] for row in history], label="test")
-        auc_ax.plot(epochs, [row["test_roc_auc"] for row in history], label="test", color="C2")
+    for split, colour in (("dev", "C1"), ("test", "C2")):
+        if f"{split}_loss" in history[0]:
+            loss_ax.plot(epochs, [row[f"{split}_loss"] for row in history], label=split, color=colour)
+            score_ax.plot(epochs, [row[f"{split}_{score_name}"] for row in history], label=split, color=colour)
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
-    auc_ax.plot(epochs, [row["dev_roc_auc"] for row in history], label="dev", color="C1")
-    auc_ax.set(xlabel="epoch", ylabel="ROC AUC", title="ROC AUC")
-    for ax in (loss_ax, auc_ax):
+    score_ax.set(xlabel="epoch", ylabel=score_title, title=score_title)
+    for ax in (loss_ax, score_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.axvline(best_epoch, color="grey", linestyle=":", label=f"best epoch ({best_epoch})")
         ax.legend()
@@ -40,4 +73,4 @@ def training_curves_figure(history, best_epoch):
 
 def save_figure(figure, path):
     figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _pyplot().close(figure)

@@ -1,4 +1,4 @@
-"""The model: token embedding, LSTM layers, a small MLP head, one logit.
+"""The model: token embedding, LSTM layers, a small MLP head, one output per task.
 
 No optimizer, no loss and no distributed logic live here.
 """
@@ -21,7 +21,7 @@ def reverse_each(x, lengths):
 
 class RNNPredictor(nn.Module):
     def __init__(self, vocab_size, *, embedding_dim=128, d_model=128, num_layers=3,
-                 bidirectional=True, dropout=0.2):
+                 bidirectional=True, dropout=0.2, num_outputs=1):
         super().__init__()
         self.bidirectional = bidirectional
         directions = 2 if bidirectional else 1
@@ -37,7 +37,7 @@ class RNNPredictor(nn.Module):
             for i in range(num_layers)) if bidirectional else nn.ModuleList()
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Sequential(
-            nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, 1))
+            nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, num_outputs))
 
     def encode(self, tokens, lengths):
         """Last-layer summary: forward state at the last token, plus the
@@ -61,4 +61,5 @@ class RNNPredictor(nn.Module):
         return torch.cat([forward_final[:, :d], x[:, 0, d:]], dim=-1)
 
     def forward(self, tokens, lengths):
-        return self.head(self.dropout(self.encode(tokens, lengths))).squeeze(-1)
+        """Outputs [batch, num_outputs]: logits for classification, standardised values for regression."""
+        return self.head(self.dropout(self.encode(tokens, lengths)))

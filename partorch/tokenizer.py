@@ -8,6 +8,7 @@ reads the same file builds the same vocabulary.
 import json
 import re
 
+from .chem import augmentation_vocabulary_strings
 from .errors import PartorchError
 
 PAD, UNK = "<pad>", "<unk>"
@@ -88,12 +89,23 @@ class SmilesTokenizer:
         return {"type": self.name, "tokens": self.tokens}
 
 
-def build_tokenizer(kind, smiles_list):
+def build_tokenizer(kind, table, random_smiles=False):
+    """The tokenizer for a MoleculeTable, its vocabulary built from the whole
+    file (every rank reads the same file, so every rank builds the same one).
+    With `random_smiles` (augmentation), the vocabulary also covers what
+    random SMILES of these molecules can contain, so they never meet <unk>."""
     if kind == "bytes":
-        return BytesTokenizer()
-    if kind == "smiles":
-        return SmilesTokenizer.build(smiles_list)
-    raise TokenizerError(f"unknown tokenizer {kind!r}: choose 'smiles' or 'bytes'")
+        tokenizer = BytesTokenizer()
+    elif kind == "smiles":
+        extra = augmentation_vocabulary_strings(table.smiles) if random_smiles else []
+        tokenizer = SmilesTokenizer.build(table.smiles + extra)
+    else:
+        raise TokenizerError(f"unknown tokenizer {kind!r}: choose 'smiles' or 'bytes'")
+    bad_rows = [row for s, row in zip(table.smiles, table.rows) if not tokenizer.can_encode(s)]
+    if bad_rows:
+        raise TokenizerError(f"{table.source}: the {kind} tokenizer cannot encode the SMILES "
+                             f"at rows {', '.join(map(str, bad_rows[:5]))}")
+    return tokenizer
 
 
 def tokenizer_from_dict(spec):

@@ -1,50 +1,206 @@
-"""Train a SMILES LSTM classifier on BBBP in one process.
+"""Train a SMILES recurrent network in one process.
 
     python scripts/basic_neural_network.py dataset/BBBP.csv
+    python scripts/basic_neural_network.py my.csv --label-column y1,y2 --task regression
 
-Its twin, basic_neural_network_ddp.py, runs the same job under torchrun;
-`diff scripts/basic_neural_network.py scripts/basic_neural_network_ddp.py`
-shows exactly what data parallelism adds.
+Its twin, scripts/basic_neural_network_ddp.py, runs the same program under
+torchrun with DistributedDataParallel. The two are duplicated on purpose (as
+in pytorch/examples' DDP series): `diff` them and every difference is a DDP
+step, marked `# DDP` there. `master_process` is always true here; it stays so
+that the twins differ only where DDP does.
+
+Your own data, model or task: edit the marked place below (build_datasets,
+build_model) and nothing else.
 """
+from pathlib import Path
 import time
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
-from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_dataloader,
-                      model_hparams, prepare_checkpointing, prepare_data, prepare_output_dir,
-                      run_main, seed_everything, set_cpu_threads, setup_logging, train)
+from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
+from partorch.distributed import set_cpu_threads
+from partorch.errors import PartorchError, run_main
+from partorch.evaluation import predict
+from partorch.flags import build_parser, run_hparams
+from partorch.loaders import get_dataloader
+from partorch.logs import add_log_file, log, setup_logging
+from partorch.report import write_report
+
+# ============================ ADAPT: your data, model and task ============================
+from partorch.datasets import TrainingData, smiles_dataset
+from partorch.distributed import digest
+from partorch.molecule_csv import read_molecule_csv
+from partorch.rnn import RNNPredictor
+from partorch.splits import split_molecules
+from partorch.tasks import build_task, choose_task_kind
+from partorch.tokenizer import build_tokenizer
+
+
+def build_datasets(args, rank):
+    """Your data and its task, as TrainingData: train/dev/test datasets whose
+    batches your model reads, the task (its loss and metrics), what to save
+    beside the model, and digests of what every rank must build alike."""
+    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
+                              parse=args.validate_smiles or args.split == "scaffold")
+    kind = choose_task_kind(args.task, table)
+    splits = split_molecules(table, args.split, args.seed, kind)
+    task = build_task(kind, table, splits)  # BCE and ROC AUC, or MSE and RMSE; one output per label column
+    tokenizer = build_tokenizer(args.tokenizer, table, random_smiles=args.augment or args.tta > 0)
+
+    def subset(indices, augment):  # augmented strings are drawn from (seed, epoch, rank)
+        return smiles_dataset(table.smiles, table.labels, tokenizer, indices, augment, args.seed, rank)
+
+    return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
+                        subset(splits.test, args.tta > 0), task, descriptions={"tokenizer": tokenizer.to_dict()},
+                        digests={"split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
+                        warnings=table.warnings)
+
+
+def build_model(args, data):
+    """Your model: an nn.Module whose forward takes a batch's inputs and returns
+    [batch, tasks]. Also returns its constructor's arguments, saved with it."""
+    hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
+                   d_model=args.d_model, num_layers=args.num_layers, bidirectional=args.bidirectional,
+                   dropout=args.dropout, num_outputs=len(data.task.columns))
+    return RNNPredictor(**hparams), hparams
+# ========================================= END ADAPT =========================================
+
+
+def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master_process):
+    """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
+    model.train()
+    world_size = 1
+    amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    per_rank_batch = args.batch_size // world_size
+    loss_sum, molecules = torch.zeros((), device=device), torch.zeros((), device=device)
+    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process, leave=False, unit="mol")
+    for batch in loader:
+        optimizer.zero_grad(set_to_none=True)
+        pieces = batch.to(device).split(args.accumulate)
+        for piece in pieces:
+            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                loss = task.loss(model(*piece.inputs).float(), piece.targets)
+            scaler.scale(loss / per_rank_batch).backward()  # the batch's mean loss (a sum / the batch)
+            loss_sum += loss.detach()  # stays on the device: no host sync per step
+        scaler.step(optimizer)
+        scaler.update()
+        molecules += len(batch)
+        bar.update(len(batch) * world_size)
+    bar.close()
+    return (loss_sum / molecules).item(), int(molecules.item())
+
+
+def evaluate(model, loader, task, device, args):
+    """(metrics, (targets, outputs)) of one split, on the plain module (not the
+    DDP wrapper, whose forward on one rank alone could wait for the others)."""
+    targets, outputs = predict(model, loader, device, args.tta)
+    return task.metrics(targets, outputs), (targets, outputs)
+
+
+def record_epoch(writer, row, task, epochs):
+    """The epoch's line on the console and its scalars in TensorBoard."""
+    score = task.score_name
+    log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f  %.0f samples/s", row["epoch"], epochs,
+             row["train_loss"], row["dev_loss"], task.score_title, row[f"dev_{score}"], row["samples_per_second"])
+    step = row["epoch"]
+    writer.add_scalar("Loss/train", row["train_loss"], step)
+    for split in ("dev", "test"):
+        writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
+        writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
+        for column, value in row.get(f"{split}_per_task", {}).items():
+            writer.add_scalar(f"{task.score_tag}/{split}/{column}", value, step)
+    writer.add_scalar("Throughput/train_samples_per_second", row["samples_per_second"], step)
+    writer.add_scalar("LR", row["lr"], step)
 
 
 def main(args):
     started = time.perf_counter()
-    setup_logging(args.quiet)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train(args, device, started)
+
+
+def train(args, device, started):
+    rank, world_size = 0, 1
+    master_process = rank == 0  # it alone prints, evaluates and writes files
+    setup_logging(rank, args.quiet)
     set_cpu_threads(1, args.threads)
-    seed_everything(args.seed)
-    data = prepare_data(args)
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
+    for warning in data.warnings if master_process else []:
+        log.warning("warning: %s", warning)
+    train_loader = get_dataloader(dataset=data.train, batch_size=args.batch_size, shuffle=True, seed=args.seed,
+                                  num_workers=args.num_workers, sampler=args.sampler)
+    dev_loader, test_loader = (get_dataloader(dataset=split, batch_size=args.batch_size, num_workers=args.num_workers)
+                               for split in (data.dev, data.test))
+    output = Path(args.output_dir)
+    ensure_writable_dir(output / "logs")
+    add_log_file(output / "logs", rank)
+    log.info("%s: train %d, dev %d, test %d molecules; %d processes, %s", args.dataset, len(data.train),
+             len(data.dev), len(data.test), world_size, device)
 
-    loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
-                       batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
-    train_loader = get_dataloader(**loader_args, indices=data.splits.train, shuffle=True, seed=args.seed,
-                                  augment=args.augment)
-    dev_loader = get_dataloader(**loader_args, indices=data.splits.dev, augment=args.tta > 0)
-    test_loader = get_dataloader(**loader_args, indices=data.splits.test, augment=args.tta > 0)
-    prepare_output_dir(args.output_dir)
-
-    model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
+    model, model_hparams = build_model(args, data)
+    model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    writer = SummaryWriter(args.output_dir)
+    if args.amp == "fp16" and device.type != "cuda":
+        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+    scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
+    writer = SummaryWriter(output)
+    task, hparams = data.task, {**run_hparams(args), "model": model_hparams}
+    identity = {"hparams": hparams, **data.digests}
 
-    checkpointing = prepare_checkpointing(args, data.tokenizer, device)
-    result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
-                   epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
-                   accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
-                   progress=not args.quiet, tta=args.tta, test_loader=test_loader, **checkpointing)
-    model.load_state_dict(result.best_state)
-    test = evaluate_split(model, test_loader, device, "test split", tta=args.tta)
-    finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,
-               world_size=1, started=started)
+    snapshot_path = output / "checkpoints" / "last.pt"
+    state = TrainingState(best_score=task.worst_score)
+    if args.resume and not snapshot_path.exists():
+        raise PartorchError(f"--resume: there is no snapshot at {snapshot_path}")
+    if args.resume:
+        state = restore_snapshot(load_state(snapshot_path), model=model, optimizer=optimizer, scaler=scaler,
+                                 identity=identity, rank=rank)
+        log.info("resumed from the snapshot after epoch %d (best dev %s %.4f at epoch %d)", state.epoch,
+                 task.score_title, state.best_score, state.best_epoch)
+
+    train_seconds, train_molecules = 0.0, 0
+    for epoch in range(state.epoch + 1, args.epochs + 1):
+        if args.patience and state.epoch - state.best_epoch >= args.patience:
+            log.info("no better dev %s for %d epochs: stopped after epoch %d", task.score_title, args.patience,
+                     state.epoch)
+            break
+        train_loader.batch_sampler.set_epoch(epoch)  # a fresh order every epoch
+        if args.augment:
+            train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
+        epoch_started = time.perf_counter()
+        train_loss, molecules = train_one_epoch(model, optimizer, scaler, train_loader, task, device, args,
+                                                master_process)
+        seconds = time.perf_counter() - epoch_started
+        train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
+        row = None
+        if master_process or args.distributed_eval:
+            dev, _ = evaluate(model, dev_loader, task, device, args)
+            test, _ = evaluate(model, test_loader, task, device, args)  # for the curves: dev alone picks the best
+            row = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                       lr=optimizer.param_groups[0]["lr"], **task.figures("dev", dev), **task.figures("test", test))
+        if master_process:
+            record_epoch(writer, row, task, args.epochs)
+        state.history.append(row)
+        state.epoch = epoch
+        if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
+            state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
+            state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
+                      rng_states=[capture_rng()], identity=identity)
+
+    model.load_state_dict(state.best_state)
+    if master_process or args.distributed_eval:
+        _, test = evaluate(model, test_loader, task, device, args)
+    if master_process:
+        run = dict(world_size=world_size, global_batch_size=args.batch_size,
+                   per_rank_batch_size=args.batch_size // world_size,
+                   train_samples_per_second=train_molecules / max(train_seconds, 1e-9),
+                   wall_seconds=time.perf_counter() - started, seed=args.seed)
+        final = write_report(output, writer=writer, task=task, state=state, test=test, run=run,
+                             descriptions={"hparams": hparams, "task": task.to_dict(), **data.descriptions})
+        print(task.final_line(final), flush=True)
 
 
 if __name__ == "__main__":

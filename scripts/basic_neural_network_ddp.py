@@ -1,64 +1,279 @@
-"""Train a SMILES LSTM classifier on BBBP with DistributedDataParallel.
+"""Train a SMILES recurrent network with DistributedDataParallel (DDP).
 
-    torchrun --standalone --nproc-per-node 2 scripts/basic_neural_network_ddp.py dataset/BBBP.csv
     torchrun --master_port 31133 scripts/basic_neural_network_ddp.py dataset/BBBP.csv
-    python scripts/basic_neural_network_ddp.py dataset/BBBP.csv     # a group of one
+    torchrun --standalone --nproc-per-node 2 scripts/basic_neural_network_ddp.py dataset/BBBP.csv
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 --rdzv-id JOB \\
+        scripts/basic_neural_network_ddp.py dataset/BBBP.csv     # the same on every node
+    python scripts/basic_neural_network_ddp.py dataset/BBBP.csv  # a group of one
 
-torchrun starts one process per CPU share or GPU and tells each its RANK and
-WORLD_SIZE. `--batch-size` is the global batch, split evenly between ranks, so
-the optimisation matches the single-process script step for step.
+This is scripts/basic_neural_network.py plus DDP. The two are twins on purpose
+(as in pytorch/examples' DDP series): `diff` them and every difference is a
+DDP step, marked `# DDP`. In order:
+  1. init_process_group: join the group torchrun describes in RANK, LOCAL_RANK,
+     WORLD_SIZE, MASTER_ADDR/MASTER_PORT (gloo on CPU; nccl, one GPU per local rank)
+  2. compare digests of the split and vocabulary every rank built on its own
+  3. a sharded loader: each rank takes its slice of every global batch;
+     set_epoch every epoch
+  4. wrap the model in DistributedDataParallel
+  5. no_sync for all but the last micro-batch of a step (--accumulate)
+  6. all_reduce the training loss and molecule count for the log
+  7. rank 0 evaluates and writes TensorBoard (one SummaryWriter), then
+     broadcasts the epoch's figures so every rank keeps the same best
+     weights and stops at the same epoch
+  8. the snapshot: every rank's random state gathered, rank 0 writes, barrier
+  9. destroy_process_group on every way out
+--batch-size is the global batch: N processes take batch/N each, so 1 and N
+processes take the same optimisation steps.
+
+Your own data, model or task: edit the marked place below (build_datasets,
+build_model) and nothing else; examples/fingerprint_mlp_ddp.py is this script
+so adapted (fingerprints, an MLP, a regression target).
 """
+from contextlib import nullcontext  # DDP 5
+from datetime import timedelta  # DDP 1
+import os  # DDP: torchrun's environment
+from pathlib import Path
 import time
 
+import numpy as np  # DDP 7
 import torch
-from torch.nn.parallel import DistributedDataParallel
+import torch.distributed as dist  # DDP
+from torch.nn.parallel import DistributedDataParallel  # DDP 4
 from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
 
-from partorch import (RNNPredictor, build_parser, evaluate_split, finish_run, get_ddp_dataloader,
-                      model_hparams, prepare_checkpointing, prepare_data, prepare_output_dir,
-                      run_main, seed_everything, set_cpu_threads, setup_distributed, setup_logging,
-                      teardown_distributed, train, verify_same_data_on_all_ranks)
+from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
+from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
+from partorch.distributed import set_cpu_threads
+from partorch.errors import PartorchError, run_main
+from partorch.evaluation import predict
+from partorch.flags import build_parser, run_hparams
+from partorch.loaders import get_ddp_dataloader
+from partorch.logs import add_log_file, log, setup_logging
+from partorch.report import write_report
+
+# ============================ ADAPT: your data, model and task ============================
+from partorch.datasets import TrainingData, smiles_dataset
+from partorch.distributed import digest
+from partorch.molecule_csv import read_molecule_csv
+from partorch.rnn import RNNPredictor
+from partorch.splits import split_molecules
+from partorch.tasks import build_task, choose_task_kind
+from partorch.tokenizer import build_tokenizer
+
+
+def build_datasets(args, rank):
+    """Your data and its task, as TrainingData: train/dev/test datasets whose
+    batches your model reads, the task (its loss and metrics), what to save
+    beside the model, and digests of what every rank must build alike."""
+    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
+                              parse=args.validate_smiles or args.split == "scaffold")
+    kind = choose_task_kind(args.task, table)
+    splits = split_molecules(table, args.split, args.seed, kind)
+    task = build_task(kind, table, splits)  # BCE and ROC AUC, or MSE and RMSE; one output per label column
+    tokenizer = build_tokenizer(args.tokenizer, table, random_smiles=args.augment or args.tta > 0)
+
+    def subset(indices, augment):  # augmented strings are drawn from (seed, epoch, rank)
+        return smiles_dataset(table.smiles, table.labels, tokenizer, indices, augment, args.seed, rank)
+
+    return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
+                        subset(splits.test, args.tta > 0), task, descriptions={"tokenizer": tokenizer.to_dict()},
+                        digests={"split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
+                        warnings=table.warnings)
+
+
+def build_model(args, data):
+    """Your model: an nn.Module whose forward takes a batch's inputs and returns
+    [batch, tasks]. Also returns its constructor's arguments, saved with it."""
+    hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
+                   d_model=args.d_model, num_layers=args.num_layers, bidirectional=args.bidirectional,
+                   dropout=args.dropout, num_outputs=len(data.task.columns))
+    return RNNPredictor(**hparams), hparams
+# ========================================= END ADAPT =========================================
+
+
+def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master_process):
+    """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
+    model.train()
+    world_size = dist.get_world_size()  # DDP
+    amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    per_rank_batch = args.batch_size // world_size
+    loss_sum, molecules = torch.zeros((), device=device), torch.zeros((), device=device)
+    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process, leave=False, unit="mol")
+    for batch in loader:
+        optimizer.zero_grad(set_to_none=True)
+        pieces = batch.to(device).split(args.accumulate)
+        for i, piece in enumerate(pieces):
+            # DDP 5: backward() all-reduces gradients; no_sync skips that for all but the last micro-batch
+            with model.no_sync() if i < len(pieces) - 1 else nullcontext():
+                with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                    loss = task.loss(model(*piece.inputs).float(), piece.targets)
+                # A sum divided by the per-rank batch; DDP averages over ranks: the global batch's gradient
+                scaler.scale(loss / per_rank_batch).backward()
+            loss_sum += loss.detach()  # stays on the device: no host sync per step
+        scaler.step(optimizer)
+        scaler.update()
+        molecules += len(batch)
+        bar.update(len(batch) * world_size)
+    bar.close()
+    # DDP 6: sum over ranks, so the logged loss covers every rank's molecules, not rank 0's share
+    totals = torch.stack([loss_sum, molecules])
+    dist.all_reduce(totals)
+    return (totals[0] / totals[1]).item(), int(totals[1].item())
+
+
+def evaluate(model, loader, task, device, args):
+    """(metrics, (targets, outputs)) of one split, on the plain module (not the
+    DDP wrapper, whose forward on one rank alone could wait for the others)."""
+    targets, outputs = predict(model, loader, device, args.tta)
+    if args.distributed_eval:  # DDP: each rank scored its share; every rank gets all of them
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, (targets, outputs))
+        targets, outputs = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+    return task.metrics(targets, outputs), (targets, outputs)
+
+
+def record_epoch(writer, row, task, epochs):
+    """The epoch's line on the console and its scalars in TensorBoard."""
+    score = task.score_name
+    log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f  %.0f samples/s", row["epoch"], epochs,
+             row["train_loss"], row["dev_loss"], task.score_title, row[f"dev_{score}"], row["samples_per_second"])
+    step = row["epoch"]
+    writer.add_scalar("Loss/train", row["train_loss"], step)
+    for split in ("dev", "test"):
+        writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
+        writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
+        for column, value in row.get(f"{split}_per_task", {}).items():
+            writer.add_scalar(f"{task.score_tag}/{split}/{column}", value, step)
+    writer.add_scalar("Throughput/train_samples_per_second", row["samples_per_second"], step)
+    writer.add_scalar("LR", row["lr"], step)
 
 
 def main(args):
     started = time.perf_counter()
-    setup_logging(args.quiet)
-    ctx = setup_distributed(args.dist_timeout)
-    device, master_process = ctx.device, ctx.master_process
-    set_cpu_threads(ctx.local_world_size, args.threads)
-    seed_everything(args.seed)  # the same seed everywhere: same split, vocabulary and initial weights
-    data = prepare_data(args)  # no collective inside: bad input stops every rank alike
-    verify_same_data_on_all_ranks(data)
+    # DDP 1: join the process group. torchrun starts one process per CPU share or GPU and sets
+    # RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/MASTER_PORT, which init_process_group reads.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # one GPU per local rank
+    timeout = timedelta(seconds=args.dist_timeout)  # a dead or silent peer fails a collective after this
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout,
+                            device_id=device if device.type == "cuda" else None, **rendezvous(timeout))
+    try:
+        train(args, device, started)
+    finally:
+        dist.destroy_process_group()  # DDP 9: on every way out, errors included
 
-    loader_args = dict(smiles_list=data.table.smiles, labels=data.table.labels, tokenizer=data.tokenizer,
-                       batch_size=args.batch_size, num_workers=args.num_workers, sampler=args.sampler)
-    train_loader = get_ddp_dataloader(rank=ctx.rank, world_size=ctx.world_size, **loader_args,
-                                      indices=data.splits.train, shuffle=True, seed=args.seed, augment=args.augment)
-    # Rank 0 scores dev and test alone, unless --distributed-eval shares them out.
-    eval_shard = dict(rank=ctx.rank, world_size=ctx.world_size) if args.distributed_eval else dict(rank=0, world_size=1)
-    dev_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.dev, augment=args.tta > 0)
-    test_loader = get_ddp_dataloader(**eval_shard, **loader_args, indices=data.splits.test, augment=args.tta > 0)
-    prepare_output_dir(args.output_dir, ctx.rank, ctx.local_rank)
 
-    model = RNNPredictor(data.tokenizer.vocab_size, **model_hparams(args)).to(device)
-    # DDP copies rank 0's weights to every rank and all-reduces gradients in backward().
-    model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                    gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
+def train(args, device, started):
+    rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP
+    master_process = rank == 0  # it alone prints, evaluates and writes files
+    setup_logging(rank, args.quiet)
+    set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP: share this host's cores
+    dist.barrier()  # DDP: all have joined before any may leave (on bad input, say)
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
+    for warning in data.warnings if master_process else []:
+        log.warning("warning: %s", warning)
+    # DDP 2: a stale copy of the file on one node would otherwise train without a word
+    assert_same_on_all_ranks(data.digests)
+    # DDP 3: every rank draws the same global batches and keeps its slice
+    train_loader = get_ddp_dataloader(rank=rank, world_size=world_size, dataset=data.train,
+                                      batch_size=args.batch_size, shuffle=True, seed=args.seed,
+                                      num_workers=args.num_workers, sampler=args.sampler)
+    # DDP 7: rank 0 scores dev and test alone, unless --distributed-eval shares them out
+    eval_rank, eval_world_size = (rank, world_size) if args.distributed_eval else (0, 1)
+    dev_loader, test_loader = (get_ddp_dataloader(rank=eval_rank, world_size=eval_world_size, dataset=split,
+                                                  batch_size=args.batch_size, num_workers=args.num_workers)
+                               for split in (data.dev, data.test))
+    output = Path(args.output_dir)
+    # DDP: rank 0 creates the folder, local rank 0 of each node its logs/; all learn if that failed
+    check_on_all_ranks(lambda: ensure_writable_dir(output) if master_process else None)
+    check_on_all_ranks(lambda: ensure_writable_dir(output / "logs") if int(os.environ.get("LOCAL_RANK", 0)) == 0
+                       else None)
+    add_log_file(output / "logs", rank)
+    log.info("%s: train %d, dev %d, test %d molecules; %d processes, %s", args.dataset, len(data.train),
+             len(data.dev), len(data.test), world_size, device)
+
+    model, model_hparams = build_model(args, data)
+    model = model.to(device)
+    # DDP 4: the wrapper copies rank 0's weights to every rank and all-reduces gradients in backward()
+    ddp_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                        gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    writer = SummaryWriter(args.output_dir) if master_process else None  # one writer for the whole job
+    if args.amp == "fp16" and device.type != "cuda":
+        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+    scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
+    writer = SummaryWriter(output) if master_process else None  # DDP 7: one writer for the whole job
+    task, hparams = data.task, {**run_hparams(args), "model": model_hparams}
+    identity = {"hparams": hparams, **data.digests}
 
-    checkpointing = prepare_checkpointing(args, data.tokenizer, device)
-    result = train(model=model, optimizer=optimizer, train_loader=train_loader, dev_loader=dev_loader,
-                   epochs=args.epochs, patience=args.patience, global_batch_size=args.batch_size,
-                   accumulate=args.accumulate, amp=args.amp, device=device, writer=writer,
-                   progress=master_process and not args.quiet, sharded_eval=args.distributed_eval,
-                   tta=args.tta, test_loader=test_loader, **checkpointing)
-    model.module.load_state_dict(result.best_state)
-    test = evaluate_split(model, test_loader, device, "test split", sharded=args.distributed_eval, tta=args.tta)
+    snapshot_path = output / "checkpoints" / "last.pt"
+    state = TrainingState(best_score=task.worst_score)
+    if args.resume and not snapshot_path.exists():
+        raise PartorchError(f"--resume: there is no snapshot at {snapshot_path}")
+    if (args.resume or restarted_by_torchrun()) and snapshot_path.exists():  # DDP: torchrun restarted us
+        state = restore_snapshot(load_state(snapshot_path), model=model, optimizer=optimizer, scaler=scaler,
+                                 identity=identity, rank=rank)
+        log.info("resumed from the snapshot after epoch %d (best dev %s %.4f at epoch %d)", state.epoch,
+                 task.score_title, state.best_score, state.best_epoch)
+
+    train_seconds, train_molecules = 0.0, 0
+    for epoch in range(state.epoch + 1, args.epochs + 1):
+        if args.patience and state.epoch - state.best_epoch >= args.patience:
+            log.info("no better dev %s for %d epochs: stopped after epoch %d", task.score_title, args.patience,
+                     state.epoch)
+            break
+        # DDP 3: the shuffle depends on (seed, epoch), the same on every rank; without set_epoch
+        # every epoch would replay the first one's order
+        train_loader.batch_sampler.set_epoch(epoch)
+        if args.augment:
+            train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
+        epoch_started = time.perf_counter()
+        train_loss, molecules = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, device, args,
+                                                master_process)
+        seconds = time.perf_counter() - epoch_started
+        train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
+        row = None
+        if master_process or args.distributed_eval:
+            dev, _ = evaluate(model, dev_loader, task, device, args)
+            test, _ = evaluate(model, test_loader, task, device, args)  # for the curves: dev alone picks the best
+            row = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                       lr=optimizer.param_groups[0]["lr"], **task.figures("dev", dev), **task.figures("test", test))
+        if master_process:
+            record_epoch(writer, row, task, args.epochs)
+        # DDP 7: only rank 0 has scored dev: send its figures to every rank, so all keep the same best
+        # weights and stop at the same epoch
+        shared = [row]
+        dist.broadcast_object_list(shared, src=0)
+        row = shared[0]
+        state.history.append(row)
+        state.epoch = epoch
+        if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
+            state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
+            state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # DDP 8: every rank's random state (their dropout masks differ), rank 0 writes, and the
+        # barrier keeps any rank from running ahead of a snapshot that is not yet on disk
+        rng_states = [None] * world_size
+        dist.all_gather_object(rng_states, capture_rng())
+        if master_process:
+            save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
+                          rng_states=rng_states, identity=identity)
+        dist.barrier()
+
+    model.load_state_dict(state.best_state)
+    if master_process or args.distributed_eval:
+        _, test = evaluate(model, test_loader, task, device, args)
     if master_process:
-        finish_run(args=args, result=result, test=test, tokenizer=data.tokenizer, writer=writer,
-                   world_size=ctx.world_size, started=started)
+        run = dict(world_size=world_size, global_batch_size=args.batch_size,
+                   per_rank_batch_size=args.batch_size // world_size,
+                   train_samples_per_second=train_molecules / max(train_seconds, 1e-9),
+                   wall_seconds=time.perf_counter() - started, seed=args.seed)
+        final = write_report(output, writer=writer, task=task, state=state, test=test, run=run,
+                             descriptions={"hparams": hparams, "task": task.to_dict(), **data.descriptions})
+        print(task.final_line(final), flush=True)
 
 
 if __name__ == "__main__":
-    run_main(main, build_parser(__doc__, default_output_dir="runs/ddp"), cleanup=teardown_distributed)
+    run_main(main, build_parser(__doc__, default_output_dir="runs/ddp"))

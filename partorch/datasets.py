@@ -1,0 +1,141 @@
+"""Datasets and the typed batch the training loop sees.
+
+A batch is `Batch(inputs, targets)`: the loop calls `model(*batch.inputs)`
+and hands the output and `batch.targets` to the task, so it never needs to
+know what the inputs are (token ids and lengths here, fingerprints in
+examples/). A dataset may carry `lengths` (one per item) for the bucket
+sampler, and a `collate` function that builds a Batch from its items.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .chem import random_smiles
+from .molecule_csv import DataError
+
+
+@dataclass
+class TrainingData:
+    """What a script's `build_datasets` returns."""
+    train: Dataset
+    dev: Dataset
+    test: Dataset
+    task: object  # a partorch.tasks.Task: the loss and the metrics
+    descriptions: dict  # JSON-able, saved beside the model (e.g. {"tokenizer": ...})
+    digests: dict  # name -> digest of what must be the same on every rank (split, vocabulary)
+    warnings: list  # about the data, to be said once
+
+
+@dataclass
+class Batch:
+    inputs: tuple  # what model(*inputs) takes
+    targets: torch.Tensor  # float [batch, tasks]; NaN = missing label
+
+    def __len__(self):
+        return len(self.targets)
+
+    def to(self, device):
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(tuple(move(x) for x in self.inputs), move(self.targets))
+
+    def pin_memory(self):  # DataLoader(pin_memory=True) calls this on custom batches
+        return Batch(tuple(x.pin_memory() for x in self.inputs), self.targets.pin_memory())
+
+    def split(self, pieces):
+        """At most `pieces` non-empty micro-batches, in order (for accumulation)."""
+        parts = zip(*(torch.tensor_split(x, pieces) for x in (*self.inputs, self.targets)))
+        return [Batch(tuple(p[:-1]), p[-1]) for p in parts if len(p[-1])]
+
+
+def as_targets(labels):
+    """Labels as a float tensor [molecules, tasks] (a 1-D array is one task)."""
+    labels = torch.as_tensor(np.asarray(labels, dtype=np.float32))
+    return labels.unsqueeze(1) if labels.dim() == 1 else labels
+
+
+def collate_tensors(items):
+    """Items (x1, ..., xk, target) of equal-shaped tensors -> Batch((x1..xk stacked), targets)."""
+    fields = [torch.stack(column) for column in zip(*items)]
+    return Batch(tuple(fields[:-1]), fields[-1].reshape(len(items), -1))
+
+
+class FeatureDataset(Dataset):
+    """Fixed-length feature vectors (fingerprints, descriptors) and their targets."""
+
+    collate = staticmethod(collate_tensors)
+
+    def __init__(self, features, labels):
+        self.features = torch.as_tensor(np.asarray(features, dtype=np.float32))
+        self.targets = as_targets(labels)
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, i):
+        return self.features[i], self.targets[i]
+
+
+def collate_token_ids(items):
+    """Batch((token ids [B, T] padded with 0, lengths [B]), targets [B, tasks])."""
+    ids, targets = zip(*items)
+    lengths = torch.tensor([len(t) for t in ids])
+    tokens = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
+    for row, t in enumerate(ids):
+        tokens[row, : len(t)] = t
+    return Batch((tokens, lengths), torch.stack(targets))
+
+
+class SmilesDataset(Dataset):
+    """Molecules tokenized once, up front, into tensors of ids."""
+
+    collate = staticmethod(collate_token_ids)
+
+    def __init__(self, smiles_list, labels, tokenizer):
+        self.tokenizer = tokenizer
+        self.token_ids = [torch.tensor(tokenizer.encode(s), dtype=torch.long) for s in smiles_list]
+        self.targets = as_targets(labels)
+        self.lengths = np.array([len(t) for t in self.token_ids])
+        if (self.lengths == 0).any():
+            raise DataError(f"molecule {int(np.argmin(self.lengths))} encodes to no tokens")
+
+    def __len__(self):
+        return len(self.token_ids)
+
+    def __getitem__(self, i):
+        return self.token_ids[i], self.targets[i]
+
+
+class AugmentedSmilesDataset(SmilesDataset):
+    """A SmilesDataset that can rewrite its molecules as random SMILES.
+
+    `set_epoch(e)` re-encodes every molecule as a fresh random SMILES drawn
+    from (seed, e, rank): reproducible, and different on every rank.
+    `set_epoch(None)` restores the given strings. `lengths` stays the given
+    strings' lengths on purpose: the batch sampler must see the same lengths
+    on every rank to build the same global batches.
+    """
+
+    def __init__(self, smiles_list, labels, tokenizer, seed=0, rank=0):
+        super().__init__(smiles_list, labels, tokenizer)
+        self.smiles, self.seed, self.rank = list(smiles_list), seed, rank
+        self.given_ids = self.token_ids
+
+    def set_epoch(self, epoch):
+        if epoch is None:
+            self.token_ids = self.given_ids
+            return
+        rng = np.random.default_rng([self.seed, epoch, self.rank])
+        self.token_ids = [torch.tensor(self.tokenizer.encode(s), dtype=torch.long)
+                          for s in random_smiles(self.smiles, rng)]
+
+
+def smiles_dataset(smiles_list, labels, tokenizer, indices=None, augment=False, seed=0, rank=0):
+    """The tutorial's way in: lists of SMILES and labels, optionally a subset by `indices`."""
+    if indices is not None:
+        smiles_list = [smiles_list[i] for i in indices]
+        labels = np.asarray(labels)[np.asarray(indices, dtype=int)]
+    if augment:
+        return AugmentedSmilesDataset(smiles_list, labels, tokenizer, seed=seed, rank=rank)
+    return SmilesDataset(smiles_list, labels, tokenizer)

@@ -1,0 +1,23 @@
+"""Logging from many processes: rank 0 tells the story on the console, every
+rank's warnings reach it tagged with the rank, and each rank keeps its own
+file `OUTPUT_DIR/logs/rank{r}.log` (never one file shared by writers)."""
+import logging
+import sys
+
+log = logging.getLogger("partorch")
+
+
+def setup_logging(rank=0, quiet=False):
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter(f"[rank{rank}] %(message)s"))
+    console.setLevel(logging.WARNING if quiet or rank != 0 else logging.INFO)
+    log.handlers[:] = [console]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def add_log_file(directory, rank=0):
+    handler = logging.FileHandler(directory / f"rank{rank}.log", mode="a")
+    handler.setFormatter(logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(message)s"))
+    handler.setLevel(logging.INFO)
+    log.addHandler(handler)

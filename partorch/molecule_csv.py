@@ -1,0 +1,136 @@
+"""Reading and validating a CSV of molecules: one SMILES column, one or more
+numeric label columns. Every problem names the file, the column and the rows
+(numbered as a text editor shows them: the header is row 1)."""
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .chem import unparsable_smiles
+from .errors import PartorchError
+
+
+class DataError(PartorchError):
+    pass
+
+
+@dataclass
+class MoleculeTable:
+    smiles: list
+    labels: np.ndarray  # float64 [molecules, label columns]; NaN where a cell is empty
+    label_columns: list
+    rows: np.ndarray  # each molecule's row in the file
+    warnings: list
+    source: str = ""  # the file, for messages
+
+
+def first_rows(rows, limit=5):
+    shown = ", ".join(str(r) for r in rows[:limit])
+    return shown + (f" (and {len(rows) - limit} more)" if len(rows) > limit else "")
+
+
+def _looks_binary(path):
+    try:
+        with open(path, "rb") as f:
+            return b"\0" in f.read(4096)
+    except OSError:
+        return False  # let pandas say why it cannot be read
+
+
+def read_frame(path):
+    """The CSV as strings (empty cells as NaN), or a DataError saying why not."""
+    if _looks_binary(path):
+        raise DataError(f"{path}: binary data, not a CSV text file")
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a CSV file") from None
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the file is empty") from None
+    except (UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise DataError(f"{path}: not a readable CSV file ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def resolve_columns(requested, columns, path):
+    """Column names from flags: each entry is one name or several joined by
+    commas. Some real names hold commas themselves (SIDER's "Injury,_poisoning_..."),
+    so the pieces are re-joined greedily, longest known name first."""
+    resolved = []
+    for entry in requested:
+        pieces = entry.split(",")
+        while pieces:
+            for end in range(len(pieces), 0, -1):
+                name = ",".join(pieces[:end]).strip()
+                if name in columns:
+                    resolved.append(name)
+                    pieces = pieces[end:]
+                    break
+            else:
+                raise DataError(f"{path}: no column {pieces[0].strip()!r}; the columns are {list(columns)}")
+    if len(set(resolved)) < len(resolved):
+        raise DataError(f"{path}: a label column is named twice in {resolved}")
+    return resolved
+
+
+def _parse_numbers(path, frame, columns, rows):
+    values = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    given = frame[columns].notna().to_numpy()
+    bad = given & ~np.isfinite(values)
+    if bad.any():
+        cells = [(rows[r], columns[c], frame[columns].iat[r, c]) for r, c in zip(*np.nonzero(bad))]
+        shown = "; ".join(f"row {row}: {value!r}" for row, _, value in cells[:5])
+        raise DataError(f"{path}: column {cells[0][1]!r} must hold numbers; {int(bad.sum())} cells do not, "
+                        f"first: {shown}")
+    return values
+
+
+def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), strict=False, parse=False):
+    """Validated SMILES and numeric labels. A row with no label at all is
+    dropped with a warning (an error when `strict`); with several label
+    columns, single empty cells stay as NaN (a missing label, masked later).
+    With `parse`, SMILES that RDKit cannot parse are dropped with a warning."""
+    frame = read_frame(path)
+    if smiles_column not in frame.columns:
+        raise DataError(f"{path}: no column {smiles_column!r}; the columns are {list(frame.columns)}")
+    columns = resolve_columns(list(label_columns), frame.columns, path)
+    rows = np.arange(len(frame)) + 2
+    warnings = []
+    unlabelled = frame[columns].isna().all(axis=1).to_numpy()
+    if unlabelled.any():
+        message = (f"{path}: {int(unlabelled.sum())} rows have no {' or '.join(map(repr, columns))} label, "
+                   f"first rows {first_rows(rows[unlabelled])}")
+        if strict:
+            raise DataError(message)
+        warnings.append(message + "; they are dropped")
+        frame, rows = frame[~unlabelled], rows[~unlabelled]
+    empty = frame[smiles_column].fillna("").str.strip().eq("").to_numpy()
+    if empty.any():
+        raise DataError(f"{path}: empty SMILES in column {smiles_column!r} at rows {first_rows(rows[empty])}")
+    if len(frame) == 0:
+        raise DataError(f"{path}: no molecules (header only?)")
+    smiles = frame[smiles_column].str.strip().tolist()
+    labels = _parse_numbers(path, frame, columns, rows)
+    table = MoleculeTable(smiles, labels, columns, rows, warnings + _conflict_warnings(path, smiles, labels), str(path))
+    return drop_rows(table, unparsable_smiles(smiles), "have SMILES that RDKit cannot parse") if parse else table
+
+
+def _conflict_warnings(path, smiles, labels):
+    if labels.shape[1] != 1:
+        return []
+    by_smiles = pd.Series(labels[:, 0]).groupby(pd.Series(smiles)).nunique()
+    conflicting = int((by_smiles > 1).sum())
+    return [f"{path}: {conflicting} SMILES appear with different labels"] if conflicting else []
+
+
+def drop_rows(table, positions, reason):
+    """The table without the molecules at `positions`, with a warning naming their rows."""
+    if not len(positions):
+        return table
+    keep = np.setdiff1d(np.arange(len(table.smiles)), positions)
+    warning = f"{len(positions)} rows {reason}, dropped: rows {first_rows(table.rows[positions], 11)}"
+    return MoleculeTable([table.smiles[i] for i in keep], table.labels[keep], table.label_columns,
+                         table.rows[keep], table.warnings + [warning], table.source)

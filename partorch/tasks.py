@@ -1,0 +1,212 @@
+"""What is learned: the loss and the metrics of a task, chosen at
+construction. Binary classification (one or several 0/1 columns; empty cells
+are missing labels, masked out of loss and metrics) or regression (targets
+standardised with the training split's mean and deviation; metrics in the
+original units).
+
+The training loop only calls `task.loss(outputs, targets)` (a sum, see
+there), `task.metrics(targets, outputs)` and `task.is_better(a, b)`.
+"""
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import PartorchError
+from .logs import log
+from .molecule_csv import DataError
+
+TASK_KINDS = ("auto", "classification", "regression")
+
+
+class EvaluationError(PartorchError):
+    pass
+
+
+class Task:
+    kind = score_name = score_tag = score_title = needs = ""
+    higher_is_better = True
+
+    def __init__(self, columns):
+        self.columns = list(columns)
+
+    @property
+    def worst_score(self):
+        return -math.inf if self.higher_is_better else math.inf
+
+    def is_better(self, score, best):
+        return score > best if self.higher_is_better else score < best
+
+    def loss(self, outputs, targets):
+        """Summed over labelled cells, divided by the number of tasks: a
+        per-molecule sum, so that dividing it by a fixed batch size gives
+        gradients that do not depend on how a batch is split across ranks."""
+        present = ~torch.isnan(targets)
+        # zeros in the empty cells first: a NaN there would poison the gradient even when masked
+        cells = self.cell_losses(outputs, torch.where(present, targets, torch.zeros_like(targets)))
+        return torch.where(present, cells, torch.zeros_like(cells)).sum() / len(self.columns)
+
+    def metrics(self, targets, outputs):
+        """{"loss", score_name, ...}: the score is the mean over the tasks
+        that can be scored; "per_task" is added when there are several."""
+        targets, outputs = np.asarray(targets, dtype=np.float64), np.asarray(outputs, dtype=np.float64)
+        present = ~np.isnan(targets)
+        with torch.no_grad():
+            cells = self.cell_losses(torch.as_tensor(outputs), torch.as_tensor(np.where(present, targets, 0.0)))
+        predictions = self.predictions(outputs)
+        per_task = {column: self.task_metrics(targets[present[:, j], j], predictions[present[:, j], j])
+                    for j, column in enumerate(self.columns)}
+        scored = [m[self.score_name] for m in per_task.values() if self.score_name in m]
+        if not scored:
+            raise EvaluationError(f"no task can be scored: {self.score_name} needs {self.needs}")
+        result = {"loss": float(cells.numpy()[present].mean()), self.score_name: float(np.mean(scored))}
+        if len(self.columns) == 1:
+            return {**result, **per_task[self.columns[0]]}
+        return {**result, "tasks_scored": len(scored), "per_task": per_task}
+
+    def check_split(self, name, targets):
+        """Stop before training when no task could be scored on this split."""
+        targets = np.asarray(targets, dtype=np.float64)
+        if not any(self.scorable(t[~np.isnan(t)]) for t in targets.T):
+            raise DataError(f"the {name} set ({len(targets)} molecules) has no task that can be scored: "
+                            f"{self.score_name} needs {self.needs}; use more data or another seed")
+
+    def figures(self, split, metrics):
+        """Flat figures of one split for an epoch's log: loss, score, and the score per task."""
+        figures = {f"{split}_loss": metrics["loss"], f"{split}_{self.score_name}": metrics[self.score_name]}
+        if "per_task" in metrics:
+            figures[f"{split}_per_task"] = {column: m[self.score_name] for column, m in metrics["per_task"].items()
+                                            if self.score_name in m}
+        return figures
+
+    def final_line(self, metrics):
+        return f"Final test {self.score_title}: {metrics[self.score_name]:.4f}"
+
+    def to_dict(self):
+        return {"kind": self.kind, "columns": self.columns}
+
+
+class BinaryClassification(Task):
+    kind, score_name, score_tag, score_title = "classification", "roc_auc", "ROC_AUC", "ROC AUC"
+    needs = "both classes among a task's labelled molecules"
+    higher_is_better = True
+
+    def cell_losses(self, outputs, targets):
+        return nn.functional.binary_cross_entropy_with_logits(outputs, targets.to(outputs.dtype), reduction="none")
+
+    def predictions(self, outputs):
+        """Probabilities of class 1."""
+        return 1 / (1 + np.exp(-np.asarray(outputs, dtype=np.float64)))
+
+    def scorable(self, targets):
+        return len(np.unique(targets)) == 2
+
+    def task_metrics(self, targets, probabilities):
+        from sklearn.metrics import roc_auc_score
+        if not self.scorable(targets):
+            return {"molecules": len(targets)}  # ROC AUC undefined: left out of the mean
+        return {"roc_auc": float(roc_auc_score(targets, probabilities)), "molecules": len(targets)}
+
+
+class Regression(Task):
+    kind, score_name, score_tag, score_title = "regression", "rmse", "RMSE", "RMSE"
+    needs = "labelled molecules"
+    higher_is_better = False
+
+    def __init__(self, columns, mean, std):
+        super().__init__(columns)
+        self.mean = np.asarray(mean, dtype=np.float64).reshape(-1)
+        self.std = np.asarray(std, dtype=np.float64).reshape(-1)
+
+    @classmethod
+    def from_training_labels(cls, columns, labels):
+        """Standardise with the *training* split only: dev and test stay unseen."""
+        labels = np.asarray(labels, dtype=np.float64).reshape(len(labels), -1)
+        std = np.nanstd(labels, axis=0)
+        return cls(columns, np.nanmean(labels, axis=0), np.where(std > 0, std, 1.0))
+
+    def cell_losses(self, outputs, targets):
+        mean = torch.as_tensor(self.mean, dtype=outputs.dtype, device=outputs.device)
+        std = torch.as_tensor(self.std, dtype=outputs.dtype, device=outputs.device)
+        return (outputs - (targets.to(outputs.dtype) - mean) / std) ** 2
+
+    def predictions(self, outputs):
+        """Back in the units of the label columns."""
+        return np.asarray(outputs, dtype=np.float64) * self.std + self.mean
+
+    def scorable(self, targets):
+        return len(targets) > 0
+
+    def task_metrics(self, targets, predictions):
+        if not self.scorable(targets):
+            return {"molecules": 0}
+        errors = predictions - targets
+        result = {"rmse": float(np.sqrt(np.mean(errors ** 2))), "mae": float(np.mean(np.abs(errors))),
+                  "molecules": len(targets)}
+        spread = np.sum((targets - targets.mean()) ** 2)
+        if spread > 0:
+            result["r2"] = float(1 - np.sum(errors ** 2) / spread)
+        return result
+
+    def to_dict(self):
+        return {**super().to_dict(), "mean": self.mean.tolist(), "std": self.std.tolist()}
+
+
+def task_from_dict(spec):
+    """The task saved beside a model (task.json)."""
+    if spec.get("kind") == "classification":
+        return BinaryClassification(spec["columns"])
+    if spec.get("kind") == "regression":
+        return Regression(spec["columns"], spec["mean"], spec["std"])
+    raise PartorchError(f"not a partorch task description: {str(spec)[:80]}")
+
+
+def _binary_share(values):
+    return np.isin(values, (0.0, 1.0)).mean() if len(values) else 1.0
+
+
+# A column that is almost all 0/1 is a binary column with typos, not a regression target.
+MOSTLY_BINARY = 0.9
+
+
+def choose_task_kind(requested, table):
+    """`requested` unless it is "auto": classification when every label is
+    0 or 1, regression when the labels are other numbers. A column that is
+    almost all 0/1 is taken for a binary column with typos: an error."""
+    if requested not in TASK_KINDS:
+        raise DataError(f"unknown task {requested!r}: choose one of {', '.join(TASK_KINDS)}")
+    share = _binary_share(table.labels[~np.isnan(table.labels)])
+    if requested == "regression" or (requested == "auto" and share < MOSTLY_BINARY):
+        kind, why = "regression", "the labels are numbers other than 0 and 1"
+    else:
+        if share < 1.0:
+            _reject_non_binary(table)
+        kind, why = "classification", "every label is 0 or 1"
+    log.info("task: %s on %s (%s)", kind, ", ".join(table.label_columns),
+             why if requested == "auto" else f"--task {requested}")
+    return kind
+
+
+def _reject_non_binary(table):
+    bad = ~np.isnan(table.labels) & ~np.isin(table.labels, (0.0, 1.0))
+    molecule, column = np.nonzero(bad)
+    examples = [f"row {table.rows[m]}: {f'{table.labels[m, c]:g}'!r}" for m, c in zip(molecule[:5], column[:5])]
+    raise DataError(f"{table.source}: column {table.label_columns[column[0]]!r} must hold 0 or 1 for "
+                    f"classification; {int(bad.sum())} cells do not, first: {'; '.join(examples)} "
+                    "(--task regression treats the labels as numbers)")
+
+
+def build_task(kind, table, splits):
+    """The task for a chosen kind (regression learns its scale from the
+    training split), after checking that dev and test can be scored."""
+    if kind == "classification":
+        task = BinaryClassification(table.label_columns)
+    else:
+        task = Regression.from_training_labels(table.label_columns, table.labels[splits.train])
+    for name in ("dev", "test"):
+        try:
+            task.check_split(name, table.labels[getattr(splits, name)])
+        except DataError as exc:
+            raise DataError(f"{table.source}: {exc}") from None
+    return task
