@@ -50,7 +50,7 @@ def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256):
         else:
             failures.append((i, f"unknown tokens {unknown} in {smiles!r}" if smiles else "empty SMILES"))
     if not encodable:
-        return np.full((len(smiles_list), 1), np.nan), failures
+        return np.full((len(smiles_list), getattr(model, "num_outputs", 1)), np.nan), failures
     loader = get_dataloader(smiles_list=[smiles_list[i] for i in encodable], labels=np.zeros(len(encodable)),
                             tokenizer=tokenizer, batch_size=batch_size)
     _, sorted_outputs = predict(model, loader, device)

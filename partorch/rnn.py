@@ -23,7 +23,7 @@ class RNNPredictor(nn.Module):
     def __init__(self, vocab_size, *, embedding_dim=128, d_model=128, num_layers=3,
                  bidirectional=True, dropout=0.2, num_outputs=1):
         super().__init__()
-        self.bidirectional = bidirectional
+        self.bidirectional, self.num_outputs = bidirectional, num_outputs
         directions = 2 if bidirectional else 1
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
         # One single-layer LSTM per layer and direction (rather than one

@@ -14,26 +14,25 @@ import sys
 
 from sklearn.ensemble import RandomForestClassifier
 
-from partorch import PartorchError, read_smiles_csv, roc_auc, run_main, split_indices
-from partorch.chem import invalid_smiles_rows, morgan_fingerprints
-from partorch.data import SPLITS, drop_rows
+from partorch import read_molecule_csv, run_main
+from partorch.chem import morgan_fingerprints, unparsable_smiles
+from partorch.splits import SPLITS, split_molecules
+from partorch.tasks import BinaryClassification, choose_task_kind
 
 
 def main(args):
-    table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column)
-    bad = invalid_smiles_rows(table)
-    if args.split == "scaffold":  # as the training scripts do: no scaffold without a molecule
-        table = drop_rows(table, bad, "have SMILES that RDKit cannot parse")
-    elif bad:
+    # as the training scripts do: no scaffold without a parsed molecule
+    table = read_molecule_csv(args.dataset, args.smiles_column, [args.label_column], parse=args.split == "scaffold")
+    bad = unparsable_smiles(table.smiles)
+    if bad:
         print(f"warning: {len(bad)} SMILES RDKit cannot parse get an empty fingerprint", file=sys.stderr)
-    try:
-        splits = split_indices(table.labels, args.seed, args.split, table.smiles)
-    except PartorchError as exc:
-        raise PartorchError(f"{args.dataset}: {exc}") from None
+    splits = split_molecules(table, args.split, args.seed, choose_task_kind("classification", table))
+    labels = table.labels[:, 0].astype(int)
     features = morgan_fingerprints(table.smiles, args.radius, args.bits)
     forest = RandomForestClassifier(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
-    forest.fit(features[splits.train], table.labels[splits.train])
-    scores = {name: roc_auc(table.labels[idx], forest.predict_proba(features[idx])[:, 1], f"{name} split")
+    forest.fit(features[splits.train], labels[splits.train])
+    task = BinaryClassification(table.label_columns)
+    scores = {name: task.task_metrics(labels[idx], forest.predict_proba(features[idx])[:, 1])["roc_auc"]
               for name, idx in (("dev", splits.dev), ("test", splits.test))}
     if args.output_dir:
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,8 @@ from partorch.splits import split_molecules
 from partorch.tasks import build_task, choose_task_kind
 from partorch.tokenizer import build_tokenizer
 
+DEFAULT_OUTPUT_DIR = "runs/ddp"
+
 
 def build_datasets(args, rank):
     """Your data and its task, as TrainingData: train/dev/test datasets whose
@@ -276,4 +278,4 @@ def train(args, device, started):
 
 
 if __name__ == "__main__":
-    run_main(main, build_parser(__doc__, default_output_dir="runs/ddp"))
+    run_main(main, build_parser(__doc__, DEFAULT_OUTPUT_DIR))

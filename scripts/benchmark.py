@@ -13,6 +13,8 @@ process. Figures are whatever this machine does while it runs: compare the
 ratios within one run.
 """
 import argparse
+from datetime import timedelta
+import itertools
 import json
 import os
 from pathlib import Path
@@ -27,7 +29,7 @@ import time
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATASETS = [("dataset/BBBP.csv", "smiles", "p_np"), ("../shared/datasets/HIV.csv", "smiles", "HIV_active")]
+DEFAULT_DATASETS = [("dataset/BBBP.csv", "smiles", "p_np"), ("dataset/HIV.csv", "smiles", "HIV_active")]
 MODEL = dict(embedding_dim=128, d_model=128, num_layers=3, bidirectional=True)
 
 
@@ -54,70 +56,96 @@ def matmul_peak(threads, size=1024, repeats=20):
 
 # ---------------------------------------------------------------- worker side
 def worker(args):
-    from partorch.distributed import setup_distributed, teardown_distributed
+    import torch.distributed as dist
+    from partorch.distributed import rendezvous
 
-    ctx = setup_distributed()
+    timeout = timedelta(seconds=300)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout, **rendezvous(timeout))
     try:
-        measure(args, ctx)
+        measure(args, dist.get_rank(), dist.get_world_size())
     finally:
         # after measure() returned: the DDP wrapper that holds the group is gone
-        teardown_distributed()
+        dist.destroy_process_group()
 
 
-def measure(args, ctx):
-    from partorch import SmilesTokenizer, read_smiles_csv, split_indices
-    from partorch.distributed import all_gather_object, all_reduce_sum
+def measure(args, rank, world_size):
+    from partorch import SmilesTokenizer, read_molecule_csv, split_indices
+    from partorch.distributed import all_gather_object
 
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else \
+        torch.device("cpu")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    table = read_smiles_csv(args.dataset, args.smiles_column, args.label_column)
-    train = split_indices(table.labels, seed=0).train
+    table = read_molecule_csv(args.dataset, args.smiles_column, [args.label_column])
+    labels = table.labels[:, 0]
+    train = split_indices(len(labels), seed=0, classes=labels.astype(int)).train
     tokenizer = SmilesTokenizer.build(table.smiles)
-    smiles, labels = [table.smiles[i] for i in train], table.labels[train]
+    smiles, labels = [table.smiles[i] for i in train], labels[train]
     setup = reference_setup if args.reference else partorch_setup
-    steps_per_epoch, batches, step = setup(args, ctx, smiles, labels, tokenizer)
-
-    def run(steps):
-        loss, samples, tokens = 0.0, 0, 0
-        for _, batch in zip(range(steps), batches):
-            loss = loss + step(batch)
-            samples, tokens = samples + len(batch[2]), tokens + int(batch[1].sum())
-        float(loss)  # the one host sync: the device must finish before the clock stops
-        return samples, tokens
-
+    steps_per_epoch, run = setup(args, (rank, world_size, device), smiles, labels, tokenizer)
     run(args.warmup)
     start = time.perf_counter()
-    samples, tokens = run(args.steps)
+    samples, tokens = run(args.steps)  # ends with a host sync: the device has finished
     seconds = max(all_gather_object(time.perf_counter() - start))
-    totals = all_reduce_sum(torch.tensor([samples, tokens], dtype=torch.float64))
-    memory_mb = all_gather_object(peak_memory_mb(ctx.device))
-    if ctx.rank == 0:
+    totals = torch.tensor([samples, tokens], dtype=torch.float64)
+    torch.distributed.all_reduce(totals)
+    memory_mb = all_gather_object(peak_memory_mb(device))
+    if rank == 0:
         Path(args.out).write_text(json.dumps(dict(
             samples=totals[0].item(), tokens=totals[1].item(), seconds=seconds, steps=args.steps,
             steps_per_epoch=steps_per_epoch, peak_memory_mb=memory_mb)))
 
 
-def partorch_setup(args, ctx, smiles, labels, tokenizer):
+class BatchStream:
+    """A loader's batches, epoch after epoch, handed to the training
+    script's own train_one_epoch `steps` at a time (it reads `dataset` for
+    its progress bar and iterates)."""
+
+    def __init__(self, loader):
+        self.loader, self.dataset = loader, loader.dataset
+        self.batches = self._forever()
+        self.steps = self.samples = self.tokens = 0
+
+    def _forever(self):
+        for epoch in itertools.count():
+            self.loader.batch_sampler.set_epoch(epoch)
+            yield from self.loader
+
+    def take(self, steps):
+        self.steps, self.samples, self.tokens = steps, 0, 0
+        return self
+
+    def __iter__(self):
+        for _, batch in zip(range(self.steps), self.batches):
+            self.samples, self.tokens = self.samples + len(batch), self.tokens + int(batch.inputs[1].sum())
+            yield batch
+
+
+def partorch_setup(args, placement, smiles, labels, tokenizer):
+    """The DDP script's own train_one_epoch on the default model."""
     from torch.nn.parallel import DistributedDataParallel
-    from partorch import RNNPredictor, get_ddp_dataloader
-    from partorch.training_loop import StepOptions, set_epoch, train_step
+    from basic_neural_network_ddp import train_one_epoch
+    from partorch import BinaryClassification, RNNPredictor, get_ddp_dataloader
 
-    loader = get_ddp_dataloader(rank=ctx.rank, world_size=ctx.world_size, smiles_list=smiles, labels=labels,
+    rank, world_size, device = placement
+    loader = get_ddp_dataloader(rank=rank, world_size=world_size, smiles_list=smiles, labels=labels,
                                 tokenizer=tokenizer, batch_size=args.batch_size, shuffle=True)
-    model = DistributedDataParallel(RNNPredictor(tokenizer.vocab_size, **MODEL).to(ctx.device))
-    model.train()
+    model = RNNPredictor(tokenizer.vocab_size, **MODEL).to(device)
+    ddp_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                        gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
+    flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True)
+    stream, task = BatchStream(loader), BinaryClassification(["label"])
 
-    def batches():
-        for epoch in range(10 ** 6):
-            set_epoch(loader, epoch)
-            yield from loader
+    def run(steps):
+        train_one_epoch(ddp_model, optimizer, scaler, stream.take(steps), task, device, flags, False)
+        return stream.samples, stream.tokens
 
-    options = StepOptions(args.batch_size // ctx.world_size, amp=args.amp)
-    return len(loader), batches(), lambda batch: train_step(model, optimizer, batch, ctx.device, options)
+    return len(loader), run
 
 
-def reference_setup(args, ctx, smiles, labels, tokenizer):
+def reference_setup(args, placement, smiles, labels, tokenizer):
     from torch.utils.tensorboard import SummaryWriter
     from tutorial_reference import PackedRNNPredictor, reference_batches, reference_step
 
@@ -126,8 +154,16 @@ def reference_setup(args, ctx, smiles, labels, tokenizer):
     writer = SummaryWriter(tempfile.mkdtemp(prefix="reference-tb-"))
     counter = iter(range(10 ** 9))
     batches = reference_batches(smiles, labels, tokenizer, batch_size=args.batch_size, num_workers=2)
-    return (-(-len(smiles) // args.batch_size), batches,
-            lambda batch: reference_step(model, optimizer, batch, writer, next(counter)))
+
+    def run(steps):
+        loss, samples, tokens = 0.0, 0, 0
+        for _, batch in zip(range(steps), batches):
+            loss = loss + reference_step(model, optimizer, batch, writer, next(counter))
+            samples, tokens = samples + len(batch[2]), tokens + int(batch[1].sum())
+        float(loss)  # the one host sync: the device must finish before the clock stops
+        return samples, tokens
+
+    return -(-len(smiles) // args.batch_size), run
 
 
 def peak_memory_mb(device):
@@ -271,7 +307,7 @@ def plot(results, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", help="CSV files (default: dataset/BBBP.csv and ../shared/datasets/HIV.csv)")
+    parser.add_argument("--datasets", nargs="+", help="CSV files (default: dataset/BBBP.csv and dataset/HIV.csv, placed by dataset/place_data.py)")
     parser.add_argument("--smiles-column", default="smiles")
     parser.add_argument("--label-column", help="label column of --datasets (default: p_np)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration (default: %(default)s)")

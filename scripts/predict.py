@@ -1,13 +1,15 @@
-"""Predict with a trained model: writes `smiles,probability` as CSV.
+"""Predict with a trained model: writes CSV with the SMILES and one column per task.
 
     python scripts/predict.py runs/ddp dataset/BBBP.csv > predictions.csv
     echo 'CCO' | python scripts/predict.py runs/ddp -
     python scripts/predict.py runs/ddp molecules.csv --smiles-column SMILES --output out.csv
 
-MODEL_DIR is a training run's --output-dir (best_model.pt, tokenizer.json,
-hparams.json). A row that is empty or holds tokens outside the training
-vocabulary is reported on stderr with its row number and gets an empty
-probability; the others are still predicted.
+MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
+task.json, tokenizer.json). Each task's column is named after the label
+column it was trained on: the probability of class 1 for classification,
+the predicted value in the label's units for regression. A row that is
+empty or holds tokens outside the training vocabulary is reported on stderr
+with its row number and left empty; the others are still predicted.
 """
 import argparse
 import csv
@@ -16,7 +18,16 @@ import sys
 import pandas as pd
 import torch
 
-from partorch import PartorchError, load_model_dir, predict_smiles, run_main
+from partorch import PartorchError, RNNPredictor, load_model_dir, predict_smiles, run_main
+from partorch.tasks import task_from_dict
+from partorch.tokenizer import tokenizer_from_dict
+
+
+def build_model(descriptions):
+    """The model a training script's build_model made, from its saved arguments."""
+    if "hparams" not in descriptions or "model" not in descriptions["hparams"]:
+        raise PartorchError("not a training run's output folder: hparams.json with the model's arguments is missing")
+    return RNNPredictor(**descriptions["hparams"]["model"])
 
 
 def read_smiles(source, column):
@@ -33,16 +44,18 @@ def read_smiles(source, column):
 
 def main(args):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model, tokenizer, _ = load_model_dir(args.model_dir, device)
+    model, descriptions = load_model_dir(args.model_dir, build_model, device)
+    task, tokenizer = task_from_dict(descriptions["task"]), tokenizer_from_dict(descriptions["tokenizer"])
     smiles, unit, first = read_smiles(args.input, args.smiles_column)
-    probabilities, failures = predict_smiles(model, tokenizer, smiles, device, args.batch_size)
+    outputs, failures = predict_smiles(model, tokenizer, smiles, device, args.batch_size)
     for position, message in failures:
         print(f"warning: {args.input} {unit} {position + first}: {message}; not predicted", file=sys.stderr)
+    predictions = task.predictions(outputs)
     out = open(args.output, "w", newline="") if args.output else sys.stdout
     writer = csv.writer(out)
-    writer.writerow(["smiles", "probability"])
-    for s, p in zip(smiles, probabilities):
-        writer.writerow([s, "" if p != p else f"{p:.6f}"])
+    writer.writerow([args.smiles_column, *task.columns])
+    for s, row in zip(smiles, predictions):
+        writer.writerow([s, *("" if p != p else f"{p:.6f}" for p in row)])
     if args.output:
         out.close()
 

@@ -87,7 +87,7 @@ def main():
     import copy
     import tempfile
     from torch.utils.tensorboard import SummaryWriter
-    from partorch import SmilesTokenizer, read_smiles_csv, split_indices
+    from partorch import SmilesTokenizer, read_molecule_csv, split_indices
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("dataset")
@@ -96,12 +96,13 @@ def main():
     parser.add_argument("--label-column", default="p_np")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    table = read_smiles_csv(args.dataset, label_column=args.label_column)
-    splits = split_indices(table.labels, args.seed)
+    table = read_molecule_csv(args.dataset, label_columns=[args.label_column])
+    labels = table.labels[:, 0]
+    splits = split_indices(len(labels), args.seed, classes=labels.astype(int))
     tokenizer = SmilesTokenizer.build(table.smiles)
 
     def loader(indices, shuffle):
-        dataset = TokenizeOnReadDataset([table.smiles[i] for i in indices], table.labels[indices], tokenizer)
+        dataset = TokenizeOnReadDataset([table.smiles[i] for i in indices], labels[indices], tokenizer)
         return DataLoader(dataset, batch_size=256, shuffle=shuffle, collate_fn=collate_unsorted, num_workers=2)
 
     train, dev, test = loader(splits.train, True), loader(splits.dev, False), loader(splits.test, False)

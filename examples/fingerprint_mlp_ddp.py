@@ -1,0 +1,277 @@
+"""A Morgan-fingerprint MLP trained with DDP: scripts/basic_neural_network_ddp.py
+adapted to other data, another model and another task, changed only in its
+marked place (a test checks that the diff of the two stays inside it).
+
+    python dataset/place_data.py ESOL     # once: downloads dataset/ESOL.csv
+    torchrun --standalone --nproc-per-node 2 examples/fingerprint_mlp_ddp.py dataset/ESOL.csv \\
+        --label-column logSolubility
+
+Molecules become 2048-bit Morgan fingerprints (radius 2; RDKit), the model is
+a multilayer perceptron (--d-model wide, --num-layers deep), and the task is
+regression when the labels are numbers (MSE on standardised targets; RMSE,
+MAE and R² in the label's units), classification when they are 0/1. The DDP
+steps are those of the script it was copied from:
+  1. init_process_group  2. digests  3. sharded loader, set_epoch
+  4. DistributedDataParallel  5. no_sync  6. all_reduce of the loss
+  7. rank-0 evaluation, TensorBoard, broadcast  8. snapshot, barrier
+  9. destroy_process_group
+"""
+from contextlib import nullcontext  # DDP 5
+from datetime import timedelta  # DDP 1
+import os  # DDP: torchrun's environment
+from pathlib import Path
+import time
+
+import numpy as np  # DDP 7
+import torch
+import torch.distributed as dist  # DDP
+from torch.nn.parallel import DistributedDataParallel  # DDP 4
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
+from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
+from partorch.distributed import set_cpu_threads
+from partorch.errors import PartorchError, run_main
+from partorch.evaluation import predict
+from partorch.flags import build_parser, run_hparams
+from partorch.loaders import get_ddp_dataloader
+from partorch.logs import add_log_file, log, setup_logging
+from partorch.report import write_report
+
+# ============================ ADAPT: your data, model and task ============================
+from torch import nn
+
+from partorch.chem import morgan_fingerprints
+from partorch.datasets import FeatureDataset, TrainingData
+from partorch.distributed import digest
+from partorch.molecule_csv import read_molecule_csv
+from partorch.splits import split_molecules
+from partorch.tasks import build_task, choose_task_kind
+
+DEFAULT_OUTPUT_DIR = "runs/fingerprint-mlp"
+FINGERPRINT = dict(radius=2, bits=2048)
+
+
+def build_datasets(args, rank):
+    """Fingerprints of the molecules RDKit parses (the others are dropped,
+    with a warning naming their rows), split and scored as the script does."""
+    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict, parse=True)
+    kind = choose_task_kind(args.task, table)
+    splits = split_molecules(table, args.split, args.seed, kind)
+    task = build_task(kind, table, splits)
+    features = morgan_fingerprints(table.smiles, **FINGERPRINT)
+
+    def subset(indices):  # fixed-length inputs: the sampler needs no lengths, the loader stacks them
+        return FeatureDataset(features[indices], table.labels[indices])
+
+    return TrainingData(subset(splits.train), subset(splits.dev), subset(splits.test), task,
+                        descriptions={"features": {"kind": "morgan", **FINGERPRINT}},
+                        digests={"split": digest(splits.as_lists()), "molecules": digest(table.smiles)},
+                        warnings=table.warnings)
+
+
+class FingerprintMLP(nn.Module):
+    def __init__(self, inputs, hidden, layers, dropout, outputs):
+        super().__init__()
+        sizes = [inputs] + [hidden] * layers
+        blocks = [nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Dropout(dropout)) for a, b in zip(sizes, sizes[1:])]
+        self.layers = nn.Sequential(*blocks, nn.Linear(sizes[-1], outputs))
+
+    def forward(self, fingerprints):
+        return self.layers(fingerprints)
+
+
+def build_model(args, data):
+    """fingerprint -> [hidden] x layers -> one output per task."""
+    hparams = dict(inputs=FINGERPRINT["bits"], hidden=args.d_model, layers=args.num_layers, dropout=args.dropout,
+                   outputs=len(data.task.columns))
+    return FingerprintMLP(**hparams), hparams
+# ========================================= END ADAPT =========================================
+
+
+def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master_process):
+    """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
+    model.train()
+    world_size = dist.get_world_size()  # DDP
+    amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    per_rank_batch = args.batch_size // world_size
+    loss_sum, molecules = torch.zeros((), device=device), torch.zeros((), device=device)
+    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process, leave=False, unit="mol")
+    for batch in loader:
+        optimizer.zero_grad(set_to_none=True)
+        pieces = batch.to(device).split(args.accumulate)
+        for i, piece in enumerate(pieces):
+            # DDP 5: backward() all-reduces gradients; no_sync skips that for all but the last micro-batch
+            with model.no_sync() if i < len(pieces) - 1 else nullcontext():
+                with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                    loss = task.loss(model(*piece.inputs).float(), piece.targets)
+                # A sum divided by the per-rank batch; DDP averages over ranks: the global batch's gradient
+                scaler.scale(loss / per_rank_batch).backward()
+            loss_sum += loss.detach()  # stays on the device: no host sync per step
+        scaler.step(optimizer)
+        scaler.update()
+        molecules += len(batch)
+        bar.update(len(batch) * world_size)
+    bar.close()
+    # DDP 6: sum over ranks, so the logged loss covers every rank's molecules, not rank 0's share
+    totals = torch.stack([loss_sum, molecules])
+    dist.all_reduce(totals)
+    return (totals[0] / totals[1]).item(), int(totals[1].item())
+
+
+def evaluate(model, loader, task, device, args):
+    """(metrics, (targets, outputs)) of one split, on the plain module (not the
+    DDP wrapper, whose forward on one rank alone could wait for the others)."""
+    targets, outputs = predict(model, loader, device, args.tta)
+    if args.distributed_eval:  # DDP: each rank scored its share; every rank gets all of them
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, (targets, outputs))
+        targets, outputs = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+    return task.metrics(targets, outputs), (targets, outputs)
+
+
+def record_epoch(writer, row, task, epochs):
+    """The epoch's line on the console and its scalars in TensorBoard."""
+    score = task.score_name
+    log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f  %.0f samples/s", row["epoch"], epochs,
+             row["train_loss"], row["dev_loss"], task.score_title, row[f"dev_{score}"], row["samples_per_second"])
+    step = row["epoch"]
+    writer.add_scalar("Loss/train", row["train_loss"], step)
+    for split in ("dev", "test"):
+        writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
+        writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
+        for column, value in row.get(f"{split}_per_task", {}).items():
+            writer.add_scalar(f"{task.score_tag}/{split}/{column}", value, step)
+    writer.add_scalar("Throughput/train_samples_per_second", row["samples_per_second"], step)
+    writer.add_scalar("LR", row["lr"], step)
+
+
+def main(args):
+    started = time.perf_counter()
+    # DDP 1: join the process group. torchrun starts one process per CPU share or GPU and sets
+    # RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/MASTER_PORT, which init_process_group reads.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # one GPU per local rank
+    timeout = timedelta(seconds=args.dist_timeout)  # a dead or silent peer fails a collective after this
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout,
+                            device_id=device if device.type == "cuda" else None, **rendezvous(timeout))
+    try:
+        train(args, device, started)
+    finally:
+        dist.destroy_process_group()  # DDP 9: on every way out, errors included
+
+
+def train(args, device, started):
+    rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP
+    master_process = rank == 0  # it alone prints, evaluates and writes files
+    setup_logging(rank, args.quiet)
+    set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP: share this host's cores
+    dist.barrier()  # DDP: all have joined before any may leave (on bad input, say)
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
+    for warning in data.warnings if master_process else []:
+        log.warning("warning: %s", warning)
+    # DDP 2: a stale copy of the file on one node would otherwise train without a word
+    assert_same_on_all_ranks(data.digests)
+    # DDP 3: every rank draws the same global batches and keeps its slice
+    train_loader = get_ddp_dataloader(rank=rank, world_size=world_size, dataset=data.train,
+                                      batch_size=args.batch_size, shuffle=True, seed=args.seed,
+                                      num_workers=args.num_workers, sampler=args.sampler)
+    # DDP 7: rank 0 scores dev and test alone, unless --distributed-eval shares them out
+    eval_rank, eval_world_size = (rank, world_size) if args.distributed_eval else (0, 1)
+    dev_loader, test_loader = (get_ddp_dataloader(rank=eval_rank, world_size=eval_world_size, dataset=split,
+                                                  batch_size=args.batch_size, num_workers=args.num_workers)
+                               for split in (data.dev, data.test))
+    output = Path(args.output_dir)
+    # DDP: rank 0 creates the folder, local rank 0 of each node its logs/; all learn if that failed
+    check_on_all_ranks(lambda: ensure_writable_dir(output) if master_process else None)
+    check_on_all_ranks(lambda: ensure_writable_dir(output / "logs") if int(os.environ.get("LOCAL_RANK", 0)) == 0
+                       else None)
+    add_log_file(output / "logs", rank)
+    log.info("%s: train %d, dev %d, test %d molecules; %d processes, %s", args.dataset, len(data.train),
+             len(data.dev), len(data.test), world_size, device)
+
+    model, model_hparams = build_model(args, data)
+    model = model.to(device)
+    # DDP 4: the wrapper copies rank 0's weights to every rank and all-reduces gradients in backward()
+    ddp_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                        gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    if args.amp == "fp16" and device.type != "cuda":
+        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+    scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
+    writer = SummaryWriter(output) if master_process else None  # DDP 7: one writer for the whole job
+    task, hparams = data.task, {**run_hparams(args), "model": model_hparams}
+    identity = {"hparams": hparams, **data.digests}
+
+    snapshot_path = output / "checkpoints" / "last.pt"
+    state = TrainingState(best_score=task.worst_score)
+    if args.resume and not snapshot_path.exists():
+        raise PartorchError(f"--resume: there is no snapshot at {snapshot_path}")
+    if (args.resume or restarted_by_torchrun()) and snapshot_path.exists():  # DDP: torchrun restarted us
+        state = restore_snapshot(load_state(snapshot_path), model=model, optimizer=optimizer, scaler=scaler,
+                                 identity=identity, rank=rank)
+        log.info("resumed from the snapshot after epoch %d (best dev %s %.4f at epoch %d)", state.epoch,
+                 task.score_title, state.best_score, state.best_epoch)
+
+    train_seconds, train_molecules = 0.0, 0
+    for epoch in range(state.epoch + 1, args.epochs + 1):
+        if args.patience and state.epoch - state.best_epoch >= args.patience:
+            log.info("no better dev %s for %d epochs: stopped after epoch %d", task.score_title, args.patience,
+                     state.epoch)
+            break
+        # DDP 3: the shuffle depends on (seed, epoch), the same on every rank; without set_epoch
+        # every epoch would replay the first one's order
+        train_loader.batch_sampler.set_epoch(epoch)
+        if args.augment:
+            train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
+        epoch_started = time.perf_counter()
+        train_loss, molecules = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, device, args,
+                                                master_process)
+        seconds = time.perf_counter() - epoch_started
+        train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
+        row = None
+        if master_process or args.distributed_eval:
+            dev, _ = evaluate(model, dev_loader, task, device, args)
+            test, _ = evaluate(model, test_loader, task, device, args)  # for the curves: dev alone picks the best
+            row = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                       lr=optimizer.param_groups[0]["lr"], **task.figures("dev", dev), **task.figures("test", test))
+        if master_process:
+            record_epoch(writer, row, task, args.epochs)
+        # DDP 7: only rank 0 has scored dev: send its figures to every rank, so all keep the same best
+        # weights and stop at the same epoch
+        shared = [row]
+        dist.broadcast_object_list(shared, src=0)
+        row = shared[0]
+        state.history.append(row)
+        state.epoch = epoch
+        if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
+            state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
+            state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # DDP 8: every rank's random state (their dropout masks differ), rank 0 writes, and the
+        # barrier keeps any rank from running ahead of a snapshot that is not yet on disk
+        rng_states = [None] * world_size
+        dist.all_gather_object(rng_states, capture_rng())
+        if master_process:
+            save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
+                          rng_states=rng_states, identity=identity)
+        dist.barrier()
+
+    model.load_state_dict(state.best_state)
+    if master_process or args.distributed_eval:
+        _, test = evaluate(model, test_loader, task, device, args)
+    if master_process:
+        run = dict(world_size=world_size, global_batch_size=args.batch_size,
+                   per_rank_batch_size=args.batch_size // world_size,
+                   train_samples_per_second=train_molecules / max(train_seconds, 1e-9),
+                   wall_seconds=time.perf_counter() - started, seed=args.seed)
+        final = write_report(output, writer=writer, task=task, state=state, test=test, run=run,
+                             descriptions={"hparams": hparams, "task": task.to_dict(), **data.descriptions})
+        print(task.final_line(final), flush=True)
+
+
+if __name__ == "__main__":
+    run_main(main, build_parser(__doc__, DEFAULT_OUTPUT_DIR))
