@@ -101,8 +101,8 @@ def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
+        # DDP 5: backward() all-reduces gradients; no_sync skips that for all but the last micro-batch
         for i, piece in enumerate(pieces):
-            # DDP 5: backward() all-reduces gradients; no_sync skips that for all but the last micro-batch
             with model.no_sync() if i < len(pieces) - 1 else nullcontext():
                 with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                     loss = task.loss(model(*piece.inputs).float(), piece.targets)
@@ -199,6 +199,7 @@ def train(args, device, started):
     # DDP 4: the wrapper copies rank 0's weights to every rank and all-reduces gradients in backward()
     ddp_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
                                         gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if args.amp == "fp16" and device.type != "cuda":
         raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")

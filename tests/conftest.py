@@ -1,25 +1,50 @@
-import os
+"""Fixtures and markers. Tests under tests/unit are marked `unit` (in-process,
+seconds), under tests/integration `integration` (real torchrun, processes and
+files); `slow` marks the notebooks and the benchmark. `python -m pytest -q tests`
+runs them all; `-m unit` only the fast ones."""
 from pathlib import Path
-import signal
-import subprocess
-import sys
 
-import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_BBBP = ROOT.parent / "shared" / "datasets" / "BBBP.csv"
-SCRIPTS = ROOT / "scripts"
-# A small model and few epochs: the integration tests check plumbing, not accuracy.
-FAST_FLAGS = ["--epochs", "2", "--embedding-dim", "16", "--d-model", "16", "--num-layers", "1",
-              "--batch-size", "32", "--quiet"]
+from helpers import SHARED_DATASETS
+
+MARKERS = {"unit": "fast in-process tests of one part", "integration": "real torchrun, processes and files",
+           "slow": "notebooks and the benchmark (minutes)"}
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        layer = Path(item.fspath).parent.name
+        if layer in ("unit", "integration"):
+            item.add_marker(layer)
+
+
+def shared_dataset(name):
+    path = SHARED_DATASETS / name
+    if not path.exists():
+        pytest.skip(f"needs {name} from the shared data folder beside the project ({path} is absent)")
+    return path
 
 
 @pytest.fixture(scope="session")
 def bbbp_path():
-    assert SHARED_BBBP.exists(), f"tests need {SHARED_BBBP}"
-    return SHARED_BBBP
+    return shared_dataset("BBBP.csv")
+
+
+@pytest.fixture(scope="session")
+def esol_path():
+    return shared_dataset("ESOL.csv")
+
+
+@pytest.fixture(scope="session")
+def sider_path():
+    return shared_dataset("SIDER.csv")
 
 
 @pytest.fixture(scope="session")
@@ -30,17 +55,22 @@ def bbbp_subset(tmp_path_factory, bbbp_path):
     return path
 
 
-def synthetic_molecules(n, seed=0):
-    """SMILES-like strings whose label is whether they contain chlorine."""
-    rng = np.random.default_rng(seed)
-    pieces = ["C", "CC", "O", "N", "c1ccccc1", "C(=O)", "[C@@H]", "Br"]
-    smiles, labels = [], []
-    for i in range(n):
-        body = "".join(rng.choice(pieces, size=rng.integers(2, 7)))
-        label = i % 2
-        smiles.append(body + "Cl" + "C" if label else body + "C")
-        labels.append(label)
-    return smiles, np.array(labels)
+@pytest.fixture(scope="session")
+def sider_subset(tmp_path_factory, sider_path):
+    """400 SIDER molecules, 27 tasks, with gaps cut into four columns (missing labels)."""
+    frame = pd.read_csv(sider_path).head(400)
+    for j, column in enumerate(frame.columns[1:5]):
+        frame.loc[frame.index % (3 + j) == 0, column] = None
+    path = tmp_path_factory.mktemp("data") / "sider400_gaps.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def esol_subset(tmp_path_factory, esol_path):
+    path = tmp_path_factory.mktemp("data") / "esol400.csv"
+    pd.read_csv(esol_path).head(400).to_csv(path, index=False)
+    return path
 
 
 @pytest.fixture
@@ -50,23 +80,3 @@ def write_csv(tmp_path):
         path.write_text(text)
         return path
     return write
-
-
-def run_script(args, nproc=None, timeout=240, env=None):
-    """Run a training script for real: under torchrun when nproc is given."""
-    launcher = [sys.executable]
-    if nproc:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    # A session of its own: on a timeout the whole tree (torchrun, its
-    # workers, a benchmark's jobs) goes, not only the first process, so no
-    # orphan keeps loading the machine for the tests after it.
-    with subprocess.Popen(launcher + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, cwd=ROOT, env=full_env, start_new_session=True) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -1,21 +1,23 @@
 import torch
 
-from partorch.data import collate_batch
+from partorch.datasets import collate_token_ids
 from partorch.rnn import RNNPredictor, reverse_each
 
 
 def _batch(lengths, vocab=20, seed=0):
     g = torch.Generator().manual_seed(seed)
     ids = [torch.randint(1, vocab, (n,), generator=g) for n in lengths]
-    return collate_batch([(t, torch.tensor(0.0)) for t in ids])
+    batch = collate_token_ids([(t, torch.tensor([0.0])) for t in ids])
+    return (*batch.inputs, batch.targets)
 
 
 def test_shapes():
     tokens, lengths, _ = _batch([5, 9, 3])
     for bidirectional in (True, False):
         model = RNNPredictor(20, embedding_dim=8, d_model=6, num_layers=2, bidirectional=bidirectional)
-        assert model(tokens, lengths).shape == (3,)
+        assert model(tokens, lengths).shape == (3, 1)
         assert model.encode(tokens, lengths).shape == (3, 12 if bidirectional else 6)
+    assert RNNPredictor(20, d_model=6, num_outputs=27)(tokens, lengths).shape == (3, 27)
 
 
 def test_reverse_each_reverses_only_the_real_tokens():

@@ -1,0 +1,74 @@
+"""What the tests share: paths, flags for quick runs, and running scripts for real."""
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+DDP = SCRIPTS / "basic_neural_network_ddp.py"
+SINGLE = SCRIPTS / "basic_neural_network.py"
+EXAMPLE = ROOT / "examples" / "fingerprint_mlp_ddp.py"
+SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
+# A small model and few epochs: the integration tests check plumbing, not accuracy.
+FAST_FLAGS = ["--epochs", "2", "--embedding-dim", "16", "--d-model", "16", "--num-layers", "1",
+              "--batch-size", "32", "--quiet"]
+
+
+def with_flag(flags, name, value):
+    """`flags` with `name` set to `value` (replaced if present)."""
+    flags = list(flags)
+    if name in flags:
+        flags[flags.index(name) + 1] = str(value)
+        return flags
+    return flags + [name, str(value)]
+
+
+def synthetic_molecules(n, seed=0):
+    """SMILES-like strings whose label is whether they contain chlorine."""
+    rng = np.random.default_rng(seed)
+    pieces = ["C", "CC", "O", "N", "c1ccccc1", "C(=O)", "[C@@H]", "Br"]
+    smiles, labels = [], []
+    for i in range(n):
+        body = "".join(rng.choice(pieces, size=rng.integers(2, 7)))
+        label = i % 2
+        smiles.append(body + "Cl" + "C" if label else body + "C")
+        labels.append(label)
+    return smiles, np.array(labels)
+
+
+def run_script(args, nproc=None, timeout=240, env=None):
+    """Run a script for real: under torchrun when nproc is given."""
+    launcher = [sys.executable]
+    if nproc:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # A session of its own: on a timeout the whole tree (torchrun, its
+    # workers, a benchmark's jobs) goes, not only the first process, so no
+    # orphan keeps loading the machine for the tests after it.
+    with subprocess.Popen(launcher + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=ROOT, env=full_env, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def final_lines(stdout, metric="ROC AUC"):
+    return [line for line in stdout.splitlines() if line.startswith(f"Final test {metric}: ")]
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+def our_traceback(stderr):
+    """Traceback frames from our code (torchrun's own failure report is allowed)."""
+    return [line for line in stderr.splitlines()
+            if line.strip().startswith("File ") and ("partorch/" in line or "scripts/" in line)]

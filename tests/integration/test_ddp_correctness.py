@@ -1,0 +1,132 @@
+"""DDP pitfalls, each checked in real processes under torchrun (gloo, CPU)."""
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from helpers import DDP, FAST_FLAGS, ROOT, SINGLE, error_lines, run_script, with_flag
+
+WORKER = ROOT / "tests" / "integration" / "ddp_worker.py"
+# No dropout (the only randomness that differs between 1 and N processes), no early stop.
+PARITY_FLAGS = with_flag(with_flag(FAST_FLAGS, "--dropout", 0), "--patience", 0) + ["--lr", "0.01"]
+
+
+def run_worker(mode, out, nproc, *options, expect_ok=True):
+    out.mkdir(parents=True, exist_ok=True)
+    result = run_script([WORKER, mode, out, *options], nproc=nproc, timeout=120)
+    if expect_ok:
+        assert result.returncode == 0, result.stderr[-3000:]
+        return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)], result
+    return None, result
+
+
+@pytest.mark.timeout(150)
+def test_sampler_fresh_each_epoch_same_per_seed_and_covering(tmp_path):
+    first, _ = run_worker("sampler_orders", tmp_path / "a", 2, "--count", "101", "--batch-size", "8")
+    again, _ = run_worker("sampler_orders", tmp_path / "b", 2, "--count", "101", "--batch-size", "8")
+    assert first == again  # same seed: same order, every time
+    for rank in first:
+        assert rank["orders"]["1"] != rank["orders"]["2"]  # set_epoch took effect
+    for epoch in ("1", "2"):
+        seen = [i for rank in first for batch in rank["orders"][epoch] for i in batch]
+        assert sorted(seen) == list(range(101))  # every molecule once, no padding duplicates
+        assert len(first[0]["orders"][epoch]) == len(first[1]["orders"][epoch])
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("nproc, n, batch_size", [(2, 1001, 32), (3, 1001, 33), (3, 5, 6)])
+def test_uneven_shards_finish_with_equal_step_counts(tmp_path, nproc, n, batch_size):
+    ranks, _ = run_worker("uneven_training", tmp_path, nproc, "--count", str(n), "--batch-size", str(batch_size))
+    assert len({json.dumps(r["steps"]) for r in ranks}) == 1
+    assert all(r["samples"] == n for r in ranks)  # reduced over ranks: the whole split, once
+    assert len({r["loss"] for r in ranks}) == 1  # the same aggregated loss on every rank
+
+
+def _last_weights(out):
+    return torch.load(out / "checkpoints" / "last.pt", weights_only=True)["model"]
+
+
+def _train(script, data, out, nproc, *flags):
+    result = run_script([script, data, "--output-dir", out, *PARITY_FLAGS, *flags], nproc=nproc, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "metrics.json").read_text())
+
+
+def _assert_parity(tmp_path, data, *flags):
+    """The single-process script, and the DDP script on 2 ranks (and with 2
+    micro-batches a step), end with the same weights to 1e-5."""
+    one = _train(SINGLE, data, tmp_path / "one", None, *flags)
+    two = _train(DDP, data, tmp_path / "two", 2, *flags)
+    two_acc = _train(DDP, data, tmp_path / "two_acc", 2, "--accumulate", "2", *flags)
+    assert one["world_size"] == 1 and two["world_size"] == 2 and two["per_rank_batch_size"] == 16
+    reference = _last_weights(tmp_path / "one")
+    for run in ("two", "two_acc"):
+        weights = _last_weights(tmp_path / run)
+        for name, value in reference.items():
+            assert torch.allclose(value, weights[name], atol=1e-5, rtol=0), (run, name)
+    for metrics in (two, two_acc):
+        assert [h["train_loss"] for h in metrics["history"]] == pytest.approx(
+            [h["train_loss"] for h in one["history"]], abs=1e-5)
+    return one
+
+
+@pytest.mark.timeout(600)
+def test_two_ranks_take_the_same_steps_as_one_process(tmp_path, bbbp_subset):
+    assert _assert_parity(tmp_path, bbbp_subset)["task"] == "classification"
+
+
+@pytest.mark.timeout(600)
+def test_parity_holds_for_several_tasks_with_missing_labels(tmp_path, sider_subset):
+    columns = list(pd.read_csv(sider_subset).columns[1:])
+    one = _assert_parity(tmp_path, sider_subset, "--label-column", ",".join(columns))
+    assert one["label_columns"] == columns and one["test_metrics"]["tasks_scored"] >= 20
+
+
+@pytest.mark.timeout(600)
+def test_parity_holds_for_regression(tmp_path, esol_subset):
+    one = _assert_parity(tmp_path, esol_subset, "--label-column", "logSolubility")
+    assert one["task"] == "regression" and "test_rmse" in one
+
+
+@pytest.mark.timeout(400)
+def test_rank0_and_distributed_evaluation_give_the_same_scores(tmp_path, bbbp_subset):
+    """Rank 0 scoring whole splits, or every rank its share gathered: the
+    same molecules scored once each, the same AUC as one process."""
+    runs = {}
+    for name, nproc, flags in (("one", None, []), ("rank0", 2, []), ("shared", 2, ["--distributed-eval"])):
+        runs[name] = _train(SINGLE if nproc is None else DDP, bbbp_subset, tmp_path / name, nproc, *flags)
+    test_size = runs["one"]["test_metrics"]["molecules"]
+    assert test_size == 30
+    for name in ("rank0", "shared"):
+        assert runs[name]["test_metrics"]["molecules"] == test_size
+        assert runs[name]["test_roc_auc"] == pytest.approx(runs["one"]["test_roc_auc"], abs=1e-6)
+    dev = {name: [h["dev_roc_auc"] for h in run["history"]] for name, run in runs.items()}
+    assert dev["rank0"] == dev["shared"]
+
+
+@pytest.mark.timeout(120)
+def test_ranks_with_different_data_stop_with_one_clear_error(tmp_path, bbbp_subset):
+    frame = pd.read_csv(bbbp_subset)
+    frame.to_csv(tmp_path / "data0.csv", index=False)
+    frame.loc[0, "smiles"] = frame.loc[0, "smiles"] + "[Se]"  # a token only rank 1 sees
+    frame.to_csv(tmp_path / "data1.csv", index=False)
+    _, result = run_worker("start_up_digest", tmp_path / "out", 2, "--csv", tmp_path / "dataRANK.csv",
+                           expect_ok=False)
+    assert result.returncode != 0
+    errors = error_lines(result.stderr)
+    assert len(errors) == 2 and all("the vocabulary differs between ranks" in e for e in errors), result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_same_seed_gives_identical_metrics(tmp_path, bbbp_subset):
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = run_script([DDP, bbbp_subset, "--output-dir", out, *FAST_FLAGS], nproc=2)
+        assert result.returncode == 0, result.stderr[-3000:]
+        metrics = json.loads((out / "metrics.json").read_text())
+        runs.append({k: metrics[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch")}
+                    | {"losses": [h["train_loss"] for h in metrics["history"]]})
+        assert (out / "logs" / "rank0.log").exists() and (out / "logs" / "rank1.log").exists()
+    assert runs[0] == runs[1]

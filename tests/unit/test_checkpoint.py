@@ -1,0 +1,64 @@
+"""Atomic writes, the model folder through a factory, snapshots of one run only."""
+import pytest
+import torch
+
+from partorch.checkpoint import (CheckpointError, TrainingState, atomic_torch_save, capture_rng, load_model_dir,
+                                 load_state, restore_snapshot, save_model_dir, save_snapshot)
+
+
+def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "last.pt"
+    atomic_torch_save({"epoch": 1}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        atomic_torch_save({"epoch": 2, "bad": Unpicklable()}, path)
+    assert load_state(path) == {"epoch": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "last.pt"
+    atomic_torch_save({"w": torch.ones(1000)}, path)
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match=f"{path}: corrupt"):
+        load_state(path)
+
+
+def test_a_model_folder_is_rebuilt_through_the_factory_it_is_given(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    save_model_dir(tmp_path, model.state_dict(), {"hparams": {"model": {"in_features": 3, "out_features": 2}},
+                                                 "task": {"kind": "regression"}})
+    loaded, descriptions = load_model_dir(tmp_path, lambda d: torch.nn.Linear(**d["hparams"]["model"]))
+    assert descriptions["task"] == {"kind": "regression"} and not loaded.training
+    assert torch.equal(loaded.weight, model.weight)
+    with pytest.raises(CheckpointError, match="does not fit the model"):
+        load_model_dir(tmp_path, lambda d: torch.nn.Linear(4, 2))
+
+
+def _parts():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    return model, torch.optim.AdamW(model.parameters()), torch.amp.GradScaler(enabled=False)
+
+
+def test_a_snapshot_resumes_only_the_run_that_wrote_it(tmp_path):
+    model, optimizer, scaler = _parts()
+    identity = {"hparams": {"seed": 1, "lr": 0.001}, "split": "abc"}
+    state = TrainingState(epoch=2, best_epoch=1, best_score=0.8, history=[{"epoch": 1}, {"epoch": 2}])
+    save_snapshot(tmp_path / "last.pt", model=model, optimizer=optimizer, scaler=scaler, state=state,
+                  rng_states=[capture_rng()], identity=identity)
+    snapshot = load_state(tmp_path / "last.pt")
+    fresh, fresh_optimizer, fresh_scaler = _parts()
+    with torch.no_grad():
+        fresh.weight.add_(1.0)
+    restored = restore_snapshot(snapshot, model=fresh, optimizer=fresh_optimizer, scaler=fresh_scaler,
+                                identity=identity, rank=0)
+    assert restored == state and torch.equal(fresh.weight, model.weight)
+    other = {"hparams": {"seed": 2, "lr": 0.01}, "split": "abc"}
+    with pytest.raises(CheckpointError, match=r"another run \(hparams: snapshot .*'seed': 1.*this run .*'seed': 2"):
+        restore_snapshot(snapshot, model=fresh, optimizer=fresh_optimizer, scaler=fresh_scaler, identity=other,
+                         rank=0)

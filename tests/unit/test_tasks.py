@@ -1,0 +1,92 @@
+"""Tasks own the loss and the metrics: binary, multi-task with missing labels, regression."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from partorch.molecule_csv import DataError, MoleculeTable
+from partorch.splits import Splits
+from partorch.tasks import BinaryClassification, Regression, build_task, choose_task_kind, task_from_dict
+
+NAN = float("nan")
+
+
+def _table(labels, columns=("y",)):
+    labels = np.asarray(labels, dtype=float).reshape(len(labels), -1)
+    return MoleculeTable(["C"] * len(labels), labels, list(columns), np.arange(len(labels)) + 2, [], "t.csv")
+
+
+def test_missing_labels_are_masked_out_of_the_loss_and_its_gradient():
+    task = BinaryClassification(["a", "b"])
+    outputs = torch.tensor([[0.5, 2.0], [-1.0, 3.0]], requires_grad=True)
+    targets = torch.tensor([[1.0, NAN], [0.0, 1.0]])
+    loss = task.loss(outputs, targets)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    expected = (bce(outputs[0, 0], targets[0, 0]) + bce(outputs[1, 0], targets[1, 0])
+                + bce(outputs[1, 1], targets[1, 1])) / 2  # summed over labelled cells, divided by the task count
+    assert torch.allclose(loss, expected)
+    loss.backward()
+    assert torch.isfinite(outputs.grad).all() and outputs.grad[0, 1] == 0
+
+
+def test_the_score_is_the_mean_over_tasks_with_both_classes():
+    task = BinaryClassification(["a", "b", "c"])
+    targets = np.array([[1, 0, 1], [0, 0, NAN], [1, 0, 0], [0, 0, 1]], dtype=float)
+    outputs = np.array([[2.0, 0.1, 1.0], [-1.0, 0.2, 5.0], [0.5, 0.3, -2.0], [1.0, 0.4, 0.5]])
+    metrics = task.metrics(targets, outputs)
+    a = roc_auc_score(targets[:, 0], outputs[:, 0])
+    c = roc_auc_score([1, 0, 1], [1.0, -2.0, 0.5])  # the missing cell is left out
+    assert metrics["roc_auc"] == pytest.approx((a + c) / 2) and metrics["tasks_scored"] == 2
+    assert "roc_auc" not in metrics["per_task"]["b"]  # one class only: no AUC, not in the mean
+    assert task.figures("dev", metrics)["dev_per_task"] == {"a": pytest.approx(a), "c": pytest.approx(c)}
+
+
+def test_a_single_task_reports_flat_metrics_and_its_final_line():
+    task = BinaryClassification(["p_np"])
+    metrics = task.metrics(np.array([[1.0], [0.0], [1.0]]), np.array([[1.0], [-1.0], [0.0]]))
+    assert metrics["roc_auc"] == 1.0 and "per_task" not in metrics
+    assert task.final_line(metrics) == "Final test ROC AUC: 1.0000"
+
+
+def test_regression_learns_its_scale_from_training_labels_and_reports_in_their_units():
+    task = Regression.from_training_labels(["logS"], np.array([[-2.0], [-4.0], [NAN]]))
+    assert task.mean.tolist() == [-3.0] and task.std.tolist() == [1.0]
+    targets = np.array([[-1.0], [-3.0], [-5.0]])
+    outputs = np.array([[2.0], [0.0], [-1.0]])  # standardised: -1, -3, -4 in the label's units
+    metrics = task.metrics(targets, outputs)
+    assert metrics["rmse"] == pytest.approx(math.sqrt((0 + 0 + 1) / 3))
+    assert metrics["mae"] == pytest.approx(1 / 3) and metrics["r2"] == pytest.approx(1 - 1 / 8)
+    assert task.final_line(metrics) == f"Final test RMSE: {metrics['rmse']:.4f}"
+    assert task.is_better(0.5, 0.6) and not task.is_better(0.7, 0.6) and task.worst_score == math.inf
+    loss = task.loss(torch.tensor([[2.0]]), torch.tensor([[-1.0]]))
+    assert loss.item() == pytest.approx(0.0)  # (-1 - -3) / 1 = 2: exact
+
+
+def test_tasks_round_trip_through_their_saved_description():
+    for task in (BinaryClassification(["a", "b"]), Regression(["y"], [1.5], [2.0])):
+        again = task_from_dict(task.to_dict())
+        assert type(again) is type(task) and again.to_dict() == task.to_dict()
+
+
+def test_auto_picks_the_task_from_the_labels():
+    assert choose_task_kind("auto", _table([0, 1, 1, 0])) == "classification"
+    assert choose_task_kind("auto", _table([0.3, -2.1, 4.0, 1.0])) == "regression"
+    assert choose_task_kind("regression", _table([0, 1, 1, 0])) == "regression"
+
+
+def test_a_binary_column_with_a_typo_is_an_error_not_a_regression():
+    labels = [0, 1] * 10 + [2]
+    with pytest.raises(DataError, match=r"t.csv: column 'y' must hold 0 or 1 for classification; 1 cells do not, "
+                                        r"first: row 22: '2'"):
+        choose_task_kind("auto", _table(labels))
+    with pytest.raises(DataError, match="row 3: '0.5'"):
+        choose_task_kind("classification", _table([0, 0.5, 1]))
+
+
+def test_a_split_without_any_scorable_task_stops_before_training():
+    table = _table([[1, 0], [1, 0], [0, 1], [1, 0]], columns=("a", "b"))
+    splits = Splits(np.array([2, 3]), np.array([0, 1]), np.array([2, 3]))
+    with pytest.raises(DataError, match="t.csv: the dev set .* has no task that can be scored"):
+        build_task("classification", table, splits)
