@@ -127,10 +127,9 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
 
 def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank):
     """Load a snapshot of *this* run into model, optimiser and scaler; return its TrainingState."""
-    differences = [f"{key}: snapshot {snapshot['identity'].get(key)!r}, this run {value!r}"
-                   for key, value in identity.items() if snapshot.get("identity", {}).get(key) != value]
+    differences = _differences(snapshot.get("identity", {}), identity)
     if differences:
-        raise CheckpointError("the snapshot belongs to another run (" + "; ".join(differences)[:600]
+        raise CheckpointError("the snapshot belongs to another run (" + "; ".join(differences[:8])
                               + "); use another --output-dir, or remove its checkpoints/")
     try:
         model.load_state_dict(snapshot["model"])
@@ -141,6 +140,18 @@ def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank):
     rng = snapshot["rng"]
     restore_rng(rng[rank] if rank < len(rng) else rng[0])
     return TrainingState(**snapshot["state"])
+
+
+def _differences(saved, current, prefix=""):
+    """'name: snapshot X, this run Y' for every value that differs, nested dicts flattened."""
+    found = []
+    for key in sorted(set(saved) | set(current), key=str):
+        old, new = saved.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            found += _differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            found.append(f"{prefix}{key}: snapshot {old!r}, this run {new!r}")
+    return found
 
 
 def capture_rng():

@@ -59,7 +59,7 @@ class Task:
                     for j, column in enumerate(self.columns)}
         scored = [m[self.score_name] for m in per_task.values() if self.score_name in m]
         if not scored:
-            raise EvaluationError(f"no task can be scored: {self.score_name} needs {self.needs}")
+            raise EvaluationError(f"no task can be scored: {self.score_title} needs {self.needs}")
         result = {"loss": float(cells.numpy()[present].mean()), self.score_name: float(np.mean(scored))}
         if len(self.columns) == 1:
             return {**result, **per_task[self.columns[0]]}
@@ -70,7 +70,7 @@ class Task:
         targets = np.asarray(targets, dtype=np.float64)
         if not any(self.scorable(t[~np.isnan(t)]) for t in targets.T):
             raise DataError(f"the {name} set ({len(targets)} molecules) has no task that can be scored: "
-                            f"{self.score_name} needs {self.needs}; use more data or another seed")
+                            f"{self.score_title} needs {self.needs}; use more data or another seed")
 
     def figures(self, split, metrics):
         """Flat figures of one split for an epoch's log: loss, score, and the score per task."""

@@ -195,8 +195,9 @@ def train(args, device, started):
     check_on_all_ranks(lambda: ensure_writable_dir(output / "logs") if int(os.environ.get("LOCAL_RANK", 0)) == 0
                        else None)
     add_log_file(output / "logs", rank)
-    log.info("%s: train %d, dev %d, test %d molecules; %d processes, %s", args.dataset, len(data.train),
-             len(data.dev), len(data.test), world_size, device)
+    log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s", args.dataset,
+             len(data.train), len(data.dev), len(data.test), data.task.kind, len(data.task.columns), rank, world_size,
+             device)
 
     model, model_hparams = build_model(args, data)
     model = model.to(device)

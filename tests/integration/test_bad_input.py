@@ -2,9 +2,7 @@
 traceback from our code, no hang, and nothing in the output folder touched."""
 import pytest
 
-from conftest import FAST_FLAGS, SCRIPTS, run_script
-
-DDP = SCRIPTS / "basic_neural_network_ddp.py"
+from helpers import DDP, FAST_FLAGS, SINGLE, error_lines, our_traceback, run_script
 
 
 def _balanced_rows(n, label=lambda i: i % 2):
@@ -20,15 +18,21 @@ CASES = {
     "binary bytes": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\xff", [], "binary data, not a CSV"),
     "no smiles column": ("smi,p_np\nCC,1\n", [], "no column 'smiles'; the columns are ['smi', 'p_np']"),
     "no label column": ("smiles,label\nCC,1\n", [], "no column 'p_np'; the columns are ['smiles', 'label']"),
-    "label 2": ("smiles,p_np\nCC,1\nCO,2\n", [], "row 3: '2'"),
-    "label yes": ("smiles,p_np\nCC,yes\nCO,0\n", [], "row 2: 'yes'"),
-    "label 0.5": ("smiles,p_np\nCC,1\nCO,0\nCN,0.5\n", [], "row 4: '0.5'"),
+    "label 2 among 0/1": ("smiles,p_np\n" + _balanced_rows(20) + "CO,2\n", [],
+                          "column 'p_np' must hold 0 or 1 for classification; 1 cells do not, first: row 22: '2'"),
+    "label yes": ("smiles,p_np\nCC,yes\nCO,0\n", [], "must hold numbers; 1 cells do not, first: row 2: 'yes'"),
+    "label 0.5, classification": ("smiles,p_np\n" + _balanced_rows(20) + "CN,0.5\n", ["--task", "classification"],
+                                  "row 22: '0.5'"),
+    "one of two label columns missing": ("smiles,p_np\nCC,1\n", ["--label-column", "p_np,nope"],
+                                         "no column 'nope'; the columns are ['smiles', 'p_np']"),
     "missing label, strict": ("smiles,p_np\nCC,1\nCO,\n" + _balanced_rows(20), ["--strict"],
                               "1 rows have no 'p_np' label, first rows 3"),
     "empty smiles": ("smiles,p_np\nCC,1\n,0\n", [], "empty SMILES in column 'smiles' at rows 3"),
     "unencodable character": ("smiles,p_np\n" + _balanced_rows(20) + "CCé,1\n", ["--tokenizer", "bytes"],
                               "the bytes tokenizer cannot encode the SMILES at rows 22"),
     "one class": ("smiles,p_np\n" + _balanced_rows(30, lambda i: 1), [], "all 30 molecules have label 1"),
+    "no task with both classes": ("smiles,a,b\n" + _balanced_rows(40, lambda i: "1,0"), ["--label-column", "a,b"],
+                                  "the dev set (8 molecules) has no task that can be scored: ROC AUC needs both classes"),
     "one class in a split": ("smiles,p_np\n" + _balanced_rows(40, lambda i: int(i < 4)), [],
                              "only 4 molecules of class 1"),
     "too few molecules": ("smiles,p_np\n" + _balanced_rows(10), [], "cannot split 10 molecules"),
@@ -58,39 +62,35 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
     result = run_script([DDP, _dataset(tmp_path, name, contents), "--output-dir", output, *FAST_FLAGS, *flags],
                         nproc=2, timeout=80)
     assert result.returncode != 0
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    errors = error_lines(result.stderr)
     assert len(errors) == 2, result.stderr[-2000:]
     assert all(expected in e for e in errors), errors
-    assert not [line for line in result.stderr.splitlines() if line.strip().startswith("File ")
-                and ("partorch/" in line or "scripts/" in line)]
+    assert not our_traceback(result.stderr)
     assert [p.name for p in output.iterdir()] == ["metrics.json"]
     assert (output / "metrics.json").read_text() == "from an earlier run"
 
 
 def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
-    from partorch.data import read_smiles_csv
+    from partorch.molecule_csv import read_molecule_csv
     path = tmp_path / "d.csv"
     path.write_text("smiles,p_np\nCC,1\nCC,0\nCO,\nCN,1\n")
-    warnings = read_smiles_csv(path).warnings
+    warnings = read_molecule_csv(path).warnings
     assert any("1 rows have no 'p_np' label" in w and "dropped" in w for w in warnings)
-    assert any("1 SMILES appear with both labels" in w for w in warnings)
+    assert any("1 SMILES appear with different labels" in w for w in warnings)
 
 
 @pytest.mark.parametrize("flags", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], ["--dropout", "1.5"]])
 def test_nonsense_flags_are_rejected_by_the_parser(flags, bbbp_subset):
-    result = run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, *flags], timeout=60)
+    result = run_script([SINGLE, bbbp_subset, *flags], timeout=60)
     assert result.returncode == 2
     assert "error: argument" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
-    from partorch.chem import invalid_smiles_rows
-    from partorch.data import drop_rows, read_smiles_csv
-    table = read_smiles_csv(bbbp_path)
-    bad = invalid_smiles_rows(table)
-    assert len(bad) == 11
-    cleaned = drop_rows(table, bad, "have SMILES that RDKit cannot parse")
+    from partorch.molecule_csv import read_molecule_csv
+    cleaned = read_molecule_csv(bbbp_path, parse=True)
     assert len(cleaned.smiles) == 2039 and "11 rows have SMILES that RDKit cannot parse" in cleaned.warnings[-1]
+    assert "rows 61, 63, 393" in cleaned.warnings[-1]
 
 
 @pytest.mark.timeout(90)

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from conftest import SCRIPTS, run_script
+from helpers import SCRIPTS, run_script
+
+pytestmark = pytest.mark.slow
 
 
 def load_benchmark_module():

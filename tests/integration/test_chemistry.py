@@ -1,20 +1,21 @@
 """Scaffold and random splits, and the fingerprint baseline (RDKit: the test extra installs it)."""
 import numpy as np
 
-from conftest import SCRIPTS, run_script
-from partorch.chem import invalid_smiles_rows, morgan_fingerprints, scaffold_groups
-from partorch.data import drop_rows, read_smiles_csv, split_indices
+from helpers import FAST_FLAGS, SCRIPTS, SINGLE, final_lines, run_script
+from partorch.chem import morgan_fingerprints, scaffold_groups
+from partorch.molecule_csv import read_molecule_csv
+from partorch.splits import split_indices
 
 
 def _parsed_bbbp(bbbp_path):
-    table = read_smiles_csv(bbbp_path)
-    return drop_rows(table, invalid_smiles_rows(table), "unparsable")
+    return read_molecule_csv(bbbp_path, parse=True)
 
 
 def test_scaffold_split_keeps_scaffolds_apart_and_is_deterministic(bbbp_path):
     table = _parsed_bbbp(bbbp_path)
-    a = split_indices(table.labels, 1, "scaffold", table.smiles)
-    b = split_indices(table.labels, 2, "scaffold", table.smiles)  # the seed does not matter
+    classes = table.labels[:, 0].astype(int)
+    a = split_indices(len(classes), 1, "scaffold", classes=classes, smiles=table.smiles)
+    b = split_indices(len(classes), 2, "scaffold", classes=classes, smiles=table.smiles)  # the seed does not matter
     assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("train", "dev", "test"))
     assert sorted(np.concatenate([a.train, a.dev, a.test]).tolist()) == list(range(len(table.smiles)))
     scaffold_of = {i: g for g, group in enumerate(scaffold_groups(table.smiles)) for i in group}
@@ -24,8 +25,8 @@ def test_scaffold_split_keeps_scaffolds_apart_and_is_deterministic(bbbp_path):
 
 
 def test_random_split_depends_on_the_seed_only(bbbp_path):
-    labels = read_smiles_csv(bbbp_path).labels
-    a, b, c = (split_indices(labels, s, "random") for s in (5, 5, 6))
+    classes = read_molecule_csv(bbbp_path).labels[:, 0].astype(int)
+    a, b, c = (split_indices(len(classes), s, "random", classes=classes) for s in (5, 5, 6))
     assert np.array_equal(a.test, b.test) and not np.array_equal(a.test, c.test)
     assert (len(a.train), len(a.dev), len(a.test)) == (1476, 369, 205)
 
@@ -42,14 +43,13 @@ def test_baseline_prints_the_same_final_line_deterministically(tmp_path, bbbp_su
         result = run_script([SCRIPTS / "baseline_fingerprints.py", bbbp_subset, "--split", split, "--trees", "50",
                              "--output-dir", tmp_path / split], timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
-        finals.append([line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")])
+        finals.append(final_lines(result.stdout))
     assert len(finals[0]) == 1 and finals[0] == finals[1]
     assert 0.5 < float(finals[0][0].split(": ")[1]) <= 1.0
 
 
 def test_training_script_with_scaffold_split(tmp_path, bbbp_subset):
-    from conftest import FAST_FLAGS
-    result = run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, "--split", "scaffold", "--output-dir",
+    result = run_script([SINGLE, bbbp_subset, "--split", "scaffold", "--output-dir",
                          tmp_path, *FAST_FLAGS], timeout=200)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Final test ROC AUC: " in result.stdout
@@ -58,7 +58,7 @@ def test_training_script_with_scaffold_split(tmp_path, bbbp_subset):
 def test_augmented_smiles_are_the_same_molecule_reproducible_and_rank_specific(bbbp_path):
     from rdkit import Chem
     from partorch.chem import augmentation_vocabulary_strings
-    from partorch.data import AugmentedSmilesDataset
+    from partorch.datasets import AugmentedSmilesDataset
     from partorch.tokenizer import SmilesTokenizer
     smiles = _parsed_bbbp(bbbp_path).smiles[:200]
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
@@ -78,7 +78,7 @@ def test_augmented_smiles_are_the_same_molecule_reproducible_and_rank_specific(b
 def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
     from partorch.chem import augmentation_vocabulary_strings, random_smiles
     from partorch.tokenizer import SmilesTokenizer
-    smiles = read_smiles_csv(bbbp_path).smiles
+    smiles = read_molecule_csv(bbbp_path).smiles
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     unknown = tokenizer.token_to_id["<unk>"]
     for seed in (11, 12):  # streams the vocabulary was not built from
@@ -87,11 +87,10 @@ def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
 
 
 def test_training_with_augmentation_and_test_time_augmentation(tmp_path, bbbp_subset):
-    from conftest import FAST_FLAGS
     aucs = []
     for name in ("a", "b"):
-        result = run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, "--augment", "--tta", "2",
+        result = run_script([SINGLE, bbbp_subset, "--augment", "--tta", "2",
                              "--output-dir", tmp_path / name, *FAST_FLAGS], timeout=200)
         assert result.returncode == 0, result.stderr[-2000:]
-        aucs.append([line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")])
+        aucs.append(final_lines(result.stdout))
     assert len(aucs[0]) == 1 and aucs[0] == aucs[1]  # deterministic per seed

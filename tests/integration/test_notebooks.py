@@ -3,7 +3,9 @@ import nbformat
 from nbclient import NotebookClient
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
+
+pytestmark = pytest.mark.slow
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

@@ -1,4 +1,4 @@
-"""Snapshots, resume, a killed worker, a hung peer, safe loading, predict."""
+"""Snapshots, resume, a killed worker, a hung peer, an unwritable folder, predict."""
 import json
 import os
 import signal
@@ -11,11 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import FAST_FLAGS, ROOT, SCRIPTS, run_script
-from partorch.checkpoint import CheckpointError, atomic_torch_save, load_model_dir, load_state
+from helpers import DDP, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, error_lines, run_script, with_flag
+from partorch.checkpoint import load_model_dir, load_state
 from partorch.evaluation import predict_smiles
-
-DDP = SCRIPTS / "basic_neural_network_ddp.py"
 
 
 def _metrics(out):
@@ -25,31 +23,7 @@ def _metrics(out):
 
 
 def _flags(epochs):
-    flags = list(FAST_FLAGS)
-    flags[flags.index("--epochs") + 1] = str(epochs)
-    return flags
-
-
-def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
-    path = tmp_path / "last.pt"
-    atomic_torch_save({"epoch": 1}, path)
-
-    class Unpicklable:
-        def __reduce__(self):
-            raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError):
-        atomic_torch_save({"epoch": 2, "bad": Unpicklable()}, path)
-    assert load_state(path) == {"epoch": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
-
-
-def test_truncated_checkpoint_is_a_clear_error(tmp_path):
-    path = tmp_path / "last.pt"
-    atomic_torch_save({"w": torch.ones(1000)}, path)
-    path.write_bytes(path.read_bytes()[:300])
-    with pytest.raises(CheckpointError, match=f"{path}: corrupt"):
-        load_state(path)
+    return with_flag(FAST_FLAGS, "--epochs", epochs)
 
 
 @pytest.mark.timeout(400)
@@ -63,7 +37,20 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
     a, b = (torch.load(d / "best_model.pt", weights_only=True) for d in (full, part))
     assert all(torch.equal(a[k], b[k]) for k in a)
     snapshot = load_state(part / "checkpoints" / "last.pt")
-    assert snapshot["epoch"] == 3 and len(snapshot["rng"]) == 2
+    assert snapshot["state"]["epoch"] == 3 and len(snapshot["rng"]) == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_snapshot_of_another_run_is_refused_not_resumed(tmp_path, bbbp_subset):
+    out = tmp_path / "run"
+    assert run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(1), "--seed", "1"], nproc=2).returncode == 0
+    other = run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(3), "--seed", "2", "--lr", "0.01",
+                        "--resume"], nproc=2)
+    assert other.returncode != 0
+    errors = error_lines(other.stderr)
+    assert len(errors) == 2 and all("the snapshot belongs to another run" in e for e in errors), other.stderr[-2000:]
+    assert "hparams.lr: snapshot 0.001, this run 0.01; hparams.seed: snapshot 1, this run 2" in errors[0]
+    assert json.loads((out / "metrics.json").read_text())["seed"] == 1  # the first run's results are untouched
 
 
 @pytest.mark.timeout(400)
@@ -93,7 +80,7 @@ def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
 @pytest.mark.timeout(120)
 def test_hung_peer_ends_the_job_within_the_timeout(tmp_path):
     started = time.time()
-    result = run_script([ROOT / "tests" / "ddp_worker.py", "peer_hangs", tmp_path, "--timeout", "5"], nproc=2,
+    result = run_script([ROOT / "tests" / "integration" / "ddp_worker.py", "peer_hangs", tmp_path, "--timeout", "5"], nproc=2,
                         timeout=100)
     assert result.returncode != 0 and time.time() - started < 90
     assert "error: lost contact with another process" in result.stderr
@@ -105,7 +92,7 @@ def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_sub
     blocker.write_text("not a folder")
     result = run_script([DDP, bbbp_subset, "--output-dir", blocker / "out", *FAST_FLAGS], nproc=2, timeout=100)
     assert result.returncode != 0
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    errors = error_lines(result.stderr)
     assert len(errors) == 2 and all("is not writable" in e for e in errors)
     assert "epoch 1" not in result.stderr
 
@@ -113,8 +100,7 @@ def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_sub
 @pytest.mark.timeout(200)
 def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     out = tmp_path / "run"
-    assert run_script([SCRIPTS / "basic_neural_network.py", bbbp_subset, "--output-dir", out, "--tokenizer", "bytes",
-                       *FAST_FLAGS]).returncode == 0
+    assert run_script([SINGLE, bbbp_subset, "--output-dir", out, "--tokenizer", "bytes", *FAST_FLAGS]).returncode == 0
     molecules = pd.read_csv(bbbp_subset).head(40)
     molecules.loc[5, "smiles"] = "CCé"  # the bytes tokenizer cannot encode it
     molecules.to_csv(tmp_path / "in.csv", index=False)
@@ -122,12 +108,28 @@ def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     assert result.returncode == 0, result.stderr
     assert "row 7: unknown tokens ['é'] in 'CCé'" in result.stderr
     predicted = pd.read_csv(tmp_path / "p.csv")
+    assert list(predicted.columns) == ["smiles", "p_np"]  # one column per task, named after its label
     assert list(predicted["smiles"]) == list(molecules["smiles"])
-    model, tokenizer, _ = load_model_dir(out)
+    model, descriptions = load_model_dir(out, lambda d: __import__("partorch").RNNPredictor(**d["hparams"]["model"]))
+    from partorch.tokenizer import tokenizer_from_dict
+    tokenizer = tokenizer_from_dict(descriptions["tokenizer"])
     with torch.no_grad():
         for i in (0, 1, 17, 39):
             ids = torch.tensor([tokenizer.encode(molecules["smiles"][i])])
             own = torch.sigmoid(model(ids, torch.tensor([ids.shape[1]]))).item()
-            assert abs(predicted["probability"][i] - own) < 1e-5
-    assert np.isnan(predicted["probability"][5])
+            assert abs(predicted["p_np"][i] - own) < 1e-5
+    assert np.isnan(predicted["p_np"][5])
     assert predict_smiles(model, tokenizer, ["CCO", ""], "cpu")[1] == [(1, "empty SMILES")]
+
+
+@pytest.mark.timeout(300)
+def test_predict_writes_one_column_per_task_in_the_labels_units(tmp_path, esol_subset):
+    out = tmp_path / "run"
+    trained = run_script([SINGLE, esol_subset, "--label-column", "logSolubility", "--output-dir", out, *FAST_FLAGS])
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    result = subprocess.run([sys.executable, str(SCRIPTS / "predict.py"), str(out), "-"], input="CCO\nc1ccccc1\n",
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "smiles,logSolubility" and len(lines) == 3
+    assert all(-8 < float(line.split(",")[1]) < 3 for line in lines[1:])  # log mol/L, not standardised units

@@ -1,28 +1,26 @@
-"""The two training scripts, run for real: torchrun, processes, files."""
+"""The two training scripts and the example, run for real: torchrun, processes, files."""
 import json
+import re
 
+import pandas as pd
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import FAST_FLAGS, SCRIPTS, run_script
+from helpers import DDP, EXAMPLE, FAST_FLAGS, ROOT, SINGLE, error_lines, final_lines, our_traceback, run_script
 
-DDP = SCRIPTS / "basic_neural_network_ddp.py"
-SINGLE = SCRIPTS / "basic_neural_network.py"
 METRIC_FIELDS = {"test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed", "world_size",
-                 "global_batch_size", "train_samples_per_second", "wall_seconds"}
-
-
-def _final_lines(stdout):
-    return [line for line in stdout.splitlines() if line.startswith("Final test ROC AUC: ")]
-
-
-def _our_traceback(stderr):
-    """Traceback frames from our code (torchrun's own failure report is allowed)."""
-    return [line for line in stderr.splitlines()
-            if line.strip().startswith("File ") and ("partorch/" in line or "scripts/" in line)]
+                 "global_batch_size", "train_samples_per_second", "wall_seconds", "task", "label_columns",
+                 "test_metrics"}
 
 
 def _event_files(output):
     return sorted(p.relative_to(output).as_posix() for p in output.rglob("events.out.tfevents.*"))
+
+
+def _scalars(output):
+    events = EventAccumulator(str(output))
+    events.Reload()
+    return events
 
 
 @pytest.mark.timeout(300)
@@ -30,22 +28,19 @@ def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
     out = tmp_path / "run"
     result = run_script([DDP, bbbp_subset, "--output-dir", out, *FAST_FLAGS], nproc=2)
     assert result.returncode == 0, result.stderr[-3000:]
-    finals = _final_lines(result.stdout)
+    finals = final_lines(result.stdout)
     assert len(finals) == 1 and result.stdout.strip().splitlines()[-1] == finals[0]
-    auc = float(finals[0].split(": ")[1])
     metrics = json.loads((out / "metrics.json").read_text())
-    assert METRIC_FIELDS <= metrics.keys()
+    assert METRIC_FIELDS <= metrics.keys() and metrics["task"] == "classification"
     assert metrics["world_size"] == 2 and metrics["global_batch_size"] == 32
     assert metrics["per_rank_batch_size"] == 16 and metrics["epochs_completed"] == 2
-    assert round(metrics["test_roc_auc"], 4) == auc
+    assert f"{metrics['test_roc_auc']:.4f}" == finals[0].split(": ")[1]
     # One writer: rank 0's scalars file, and the hparams run it added.
     events = _event_files(out)
     assert len(events) == 2 and sum(e.startswith("hparams/") for e in events) == 1, events
-    assert {"best_model.pt", "tokenizer.json", "hparams.json", "roc_curve.png", "training_curves.png"} <= {
-        p.name for p in out.iterdir()}
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    events = EventAccumulator(str(out))
-    events.Reload()
+    assert {"best_model.pt", "tokenizer.json", "hparams.json", "task.json", "roc_curve.png",
+            "training_curves.png"} <= {p.name for p in out.iterdir()}
+    events = _scalars(out)
     for tag in ("Loss/train", "Loss/dev", "Loss/test", "ROC_AUC/dev", "ROC_AUC/test", "LR"):
         assert [e.step for e in events.Scalars(tag)] == [1, 2], tag
     assert "ROC/test" in events.Tags()["images"]
@@ -57,9 +52,61 @@ def test_single_process_script_and_ddp_script_without_torchrun(bbbp_subset, tmp_
         out = tmp_path / script.stem
         result = run_script([script, bbbp_subset, "--output-dir", out, *FAST_FLAGS])
         assert result.returncode == 0, result.stderr[-3000:]
-        assert len(_final_lines(result.stdout)) == 1
+        assert len(final_lines(result.stdout)) == 1
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["world_size"] == 1 and 0.0 <= metrics["test_roc_auc"] <= 1.0
+
+
+@pytest.mark.timeout(400)
+def test_several_tasks_with_missing_labels_score_the_mean_roc_auc(sider_subset, tmp_path):
+    columns = list(pd.read_csv(sider_subset).columns[1:])
+    out = tmp_path / "run"
+    result = run_script([DDP, sider_subset, "--label-column", ",".join(columns), "--output-dir", out, *FAST_FLAGS],
+                        nproc=2, timeout=380)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(final_lines(result.stdout)) == 1
+    assert "classification on 27 label columns; rank 0 of 2" in (out / "logs" / "rank0.log").read_text()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["label_columns"] == columns and len(columns) == 27
+    per_task = metrics["test_metrics"]["per_task"]
+    scored = [m["roc_auc"] for m in per_task.values() if "roc_auc" in m]
+    assert metrics["test_roc_auc"] == pytest.approx(sum(scored) / len(scored))
+    assert metrics["test_metrics"]["tasks_scored"] == len(scored) >= 20
+    # the gaps cut into the first columns are left out of that task's count
+    assert per_task[columns[0]]["molecules"] < per_task[columns[10]]["molecules"] == 40  # the test split
+    tags = _scalars(out).Tags()["scalars"]
+    assert f"ROC_AUC/dev/{columns[0]}" in tags and "ROC_AUC/dev" in tags
+
+
+@pytest.mark.timeout(300)
+def test_regression_reports_rmse_in_the_labels_units(esol_subset, tmp_path):
+    out = tmp_path / "run"
+    result = run_script([DDP, esol_subset, "--label-column", "logSolubility", "--output-dir", out, *FAST_FLAGS],
+                        nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    finals = final_lines(result.stdout, "RMSE")
+    assert len(finals) == 1 and result.stdout.strip().splitlines()[-1] == finals[0]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "regression" and {"rmse", "mae", "r2"} <= metrics["test_metrics"].keys()
+    assert metrics["best_dev_rmse"] == min(h["dev_rmse"] for h in metrics["history"])  # lowest is best
+    task = json.loads((out / "task.json").read_text())
+    train_labels = pd.read_csv(esol_subset)["logSolubility"]
+    assert -4.5 < task["mean"][0] < -1.5 and abs(task["std"][0] - train_labels.std()) < 0.5
+    assert "RMSE/dev" in _scalars(out).Tags()["scalars"] and (out / "parity.png").exists()
+
+
+@pytest.mark.timeout(300)
+def test_the_fingerprint_example_trains_under_torchrun(esol_path, tmp_path):
+    out = tmp_path / "run"
+    result = run_script([EXAMPLE, esol_path, "--label-column", "logSolubility", "--output-dir", out,
+                         "--epochs", "3", "--quiet"], nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(final_lines(result.stdout, "RMSE")) == 1
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["task"] == "regression" and metrics["epochs_completed"] == 3
+    assert metrics["test_rmse"] < 2.1  # the labels' own spread: it learned something
+    hparams = json.loads((out / "hparams.json").read_text())
+    assert hparams["model"]["inputs"] == 2048 and (out / "features.json").exists()
 
 
 @pytest.mark.timeout(120)
@@ -67,21 +114,17 @@ def test_bad_column_stops_every_rank_with_one_error_line(bbbp_subset, tmp_path):
     result = run_script([DDP, bbbp_subset, "--label-column", "nope", "--output-dir", tmp_path / "o", *FAST_FLAGS],
                         nproc=2, timeout=100)
     assert result.returncode != 0
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    errors = error_lines(result.stderr)
     assert len(errors) == 2 and all("no column 'nope'; the columns are" in e for e in errors)
-    assert not _our_traceback(result.stderr)
+    assert not our_traceback(result.stderr)
     assert not (tmp_path / "o").exists()
 
 
-def test_tutorial_line_references_point_at_the_right_lines():
-    """docs/tutorial.md cites lines of the DDP script; keep them honest."""
-    import re
-    from conftest import ROOT
-    lines = DDP.read_text().splitlines()
-    expected = {26: "setup_distributed", 28: "set_cpu_threads", 29: "seed_everything", 30: "prepare_data",
-                31: "verify_same_data_on_all_ranks", 35: "get_ddp_dataloader", 41: "prepare_output_dir",
-                45: "DistributedDataParallel(", 48: "SummaryWriter", 51: "train(", 56: "load_state_dict"}
-    cited = {int(n) for n in re.findall(r"\(lines? (\d+)", (ROOT / "docs" / "tutorial.md").read_text())}
-    assert cited <= set(expected) | {37, 56}, cited - set(expected)
-    for number, text in expected.items():
-        assert text in lines[number - 1], (number, lines[number - 1])
+def test_the_tutorial_cites_the_ddp_steps_as_the_script_numbers_them():
+    """docs/tutorial.md walks through the script by its `# DDP n` marks; keep them honest."""
+    script = DDP.read_text()
+    tutorial = (ROOT / "docs" / "tutorial.md").read_text()
+    cited = {int(n) for n in re.findall(r"\*\*DDP (\d)", tutorial)}
+    assert cited == set(range(1, 10))
+    for number in cited:
+        assert f"# DDP {number}" in script, number

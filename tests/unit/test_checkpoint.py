@@ -59,6 +59,7 @@ def test_a_snapshot_resumes_only_the_run_that_wrote_it(tmp_path):
                                 identity=identity, rank=0)
     assert restored == state and torch.equal(fresh.weight, model.weight)
     other = {"hparams": {"seed": 2, "lr": 0.01}, "split": "abc"}
-    with pytest.raises(CheckpointError, match=r"another run \(hparams: snapshot .*'seed': 1.*this run .*'seed': 2"):
+    with pytest.raises(CheckpointError, match=r"another run \(hparams.lr: snapshot 0.001, this run 0.01; "
+                                              r"hparams.seed: snapshot 1, this run 2\)"):
         restore_snapshot(snapshot, model=fresh, optimizer=fresh_optimizer, scaler=fresh_scaler, identity=other,
                          rank=0)
