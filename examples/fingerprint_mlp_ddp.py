@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
-from partorch.distributed import set_cpu_threads
+from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.evaluation import predict
 from partorch.flags import build_parser, run_hparams
@@ -202,6 +202,7 @@ def train(args, device, started):
                                         gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    torch.manual_seed(rank_seed(args.seed, rank))  # dropout from (seed, rank): each DDP rank its own masks
     if args.amp == "fp16" and device.type != "cuda":
         raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")

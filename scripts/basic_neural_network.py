@@ -20,7 +20,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
-from partorch.distributed import set_cpu_threads
+from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.evaluation import predict
 from partorch.flags import build_parser, run_hparams
@@ -146,6 +146,7 @@ def train(args, device, started):
     model, model_hparams = build_model(args, data)
     model = model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    torch.manual_seed(rank_seed(args.seed, rank))  # dropout from (seed, rank): each DDP rank its own masks
     if args.amp == "fp16" and device.type != "cuda":
         raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
