@@ -19,7 +19,8 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
+from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot,
+                                 save_snapshot)
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.evaluation import predict
@@ -70,9 +71,10 @@ def build_model(args, data):
 # ========================================= END ADAPT =========================================
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master_process):
+def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process):
     """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
     model.train()
+    device = args.device
     world_size = 1
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     per_rank_batch = args.batch_size // world_size
@@ -94,10 +96,10 @@ def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master
     return (loss_sum / molecules).item(), int(molecules.item())
 
 
-def evaluate(model, loader, task, device, args):
+def evaluate(model, loader, task, args):
     """(metrics, (targets, outputs)) of one split, on the plain module (not the
     DDP wrapper, whose forward on one rank alone could wait for the others)."""
-    targets, outputs = predict(model, loader, device, args.tta)
+    targets, outputs = predict(model, loader, args.device, args.tta)
     return task.metrics(targets, outputs), (targets, outputs)
 
 
@@ -119,73 +121,100 @@ def record_epoch(writer, row, task, epochs):
 
 def main(args):
     started = time.perf_counter()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train(args, device, started)
+    # where this rank computes; kept with the flags, which every function below receives
+    args.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.amp == "fp16" and args.device.type != "cuda":
+        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+    train(args, started)
 
 
-def train(args, device, started):
-    rank, world_size = 0, 1
-    master_process = rank == 0  # it alone prints, evaluates and writes files
-    setup_logging(rank, args.quiet)
-    set_cpu_threads(1, args.threads)
-    torch.manual_seed(args.seed)  # the same initial weights everywhere
+def load_data(args, rank, world_size):
+    """The datasets, and this rank's loaders."""
     data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
-    for warning in data.warnings if master_process else []:
+    for warning in data.warnings if rank == 0 else []:
         log.warning("warning: %s", warning)
     train_loader = get_dataloader(dataset=data.train, batch_size=args.batch_size, shuffle=True, seed=args.seed,
                                   num_workers=args.num_workers, sampler=args.sampler)
     dev_loader, test_loader = (get_dataloader(dataset=split, batch_size=args.batch_size, num_workers=args.num_workers)
                                for split in (data.dev, data.test))
+    return data, train_loader, dev_loader, test_loader
+
+
+def prepare_output_dir(args, rank):
+    """The output folder and this rank's log file in it, before any training."""
     output = Path(args.output_dir)
     ensure_writable_dir(output / "logs")
     add_log_file(output / "logs", rank)
+    return output
+
+
+def resume(args, path, model, optimizer, scaler, identity, rank):
+    """The training state to start from: a snapshot of this run, or a fresh one (None)."""
+    if args.resume and not path.exists():
+        raise PartorchError(f"--resume: there is no snapshot at {path}")
+    if not args.resume:
+        return None
+    state = restore_snapshot(load_state(path), model=model, optimizer=optimizer, scaler=scaler, identity=identity,
+                             rank=rank)
+    log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
+             state.best_score, state.best_epoch)
+    return state
+
+
+def score_epoch(args, model, loaders, task, writer, figures):
+    """The epoch's figures on every rank: `figures` (epoch, training) with dev and test scores added."""
+    row = None
+    if writer is not None or args.distributed_eval:
+        dev_loader, test_loader = loaders
+        dev, _ = evaluate(model, dev_loader, task, args)
+        test, _ = evaluate(model, test_loader, task, args)  # for the curves: dev alone picks the best
+        row = {**figures, **task.figures("dev", dev), **task.figures("test", test)}
+    if writer is not None:
+        record_epoch(writer, row, task, args.epochs)
+    return row
+
+
+def train(args, started):
+    rank, world_size = 0, 1
+    master_process = rank == 0  # it alone prints, evaluates and writes files
+    setup_logging(rank, args.quiet)
+    set_cpu_threads(1, args.threads)
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    data, train_loader, dev_loader, test_loader = load_data(args, rank, world_size)
+    output = prepare_output_dir(args, rank)
+    task = data.task
     log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s", args.dataset,
-             len(data.train), len(data.dev), len(data.test), data.task.kind, len(data.task.columns), rank, world_size,
-             device)
+             len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank, world_size,
+             args.device)
 
     model, model_hparams = build_model(args, data)
-    model = model.to(device)
+    model = model.to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     torch.manual_seed(rank_seed(args.seed, rank))  # dropout from (seed, rank): each DDP rank its own masks
-    if args.amp == "fp16" and device.type != "cuda":
-        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output)
-    task, hparams = data.task, {**run_hparams(args), "model": model_hparams}
+    hparams = {**run_hparams(args), "model": model_hparams}
     identity = {"hparams": hparams, **data.digests}
-
     snapshot_path = output / "checkpoints" / "last.pt"
-    state = TrainingState(best_score=task.worst_score)
-    if args.resume and not snapshot_path.exists():
-        raise PartorchError(f"--resume: there is no snapshot at {snapshot_path}")
-    if args.resume:
-        state = restore_snapshot(load_state(snapshot_path), model=model, optimizer=optimizer, scaler=scaler,
-                                 identity=identity, rank=rank)
-        log.info("resumed from the snapshot after epoch %d (best dev %s %.4f at epoch %d)", state.epoch,
-                 task.score_title, state.best_score, state.best_epoch)
+    state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
+    state = state or TrainingState(best_score=task.worst_score)
 
     train_seconds, train_molecules = 0.0, 0
     for epoch in range(state.epoch + 1, args.epochs + 1):
         if args.patience and state.epoch - state.best_epoch >= args.patience:
-            log.info("no better dev %s for %d epochs: stopped after epoch %d", task.score_title, args.patience,
-                     state.epoch)
+            log.info("no better dev score for %d epochs: stopped after epoch %d", args.patience, state.epoch)
             break
         train_loader.batch_sampler.set_epoch(epoch)  # a fresh order every epoch
         if args.augment:
             train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
         epoch_started = time.perf_counter()
-        train_loss, molecules = train_one_epoch(model, optimizer, scaler, train_loader, task, device, args,
+        train_loss, molecules = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
                                                 master_process)
         seconds = time.perf_counter() - epoch_started
         train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
-        row = None
-        if master_process or args.distributed_eval:
-            dev, _ = evaluate(model, dev_loader, task, device, args)
-            test, _ = evaluate(model, test_loader, task, device, args)  # for the curves: dev alone picks the best
-            row = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
-                       lr=optimizer.param_groups[0]["lr"], **task.figures("dev", dev), **task.figures("test", test))
-        if master_process:
-            record_epoch(writer, row, task, args.epochs)
+        row = score_epoch(args, model, (dev_loader, test_loader), task, writer,
+                          dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                               lr=optimizer.param_groups[0]["lr"]))
         state.history.append(row)
         state.epoch = epoch
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
@@ -196,7 +225,7 @@ def train(args, device, started):
 
     model.load_state_dict(state.best_state)
     if master_process or args.distributed_eval:
-        _, test = evaluate(model, test_loader, task, device, args)
+        _, test = evaluate(model, test_loader, task, args)
     if master_process:
         run = dict(world_size=world_size, global_batch_size=args.batch_size,
                    per_rank_batch_size=args.batch_size // world_size,

@@ -42,7 +42,8 @@ from torch.nn.parallel import DistributedDataParallel  # DDP 4
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from partorch.checkpoint import TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot, save_snapshot
+from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot,
+                                 save_snapshot)
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
@@ -94,9 +95,10 @@ def build_model(args, data):
 # ========================================= END ADAPT =========================================
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master_process):
+def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process):
     """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
     model.train()
+    device = args.device
     world_size = dist.get_world_size()  # DDP
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     per_rank_batch = args.batch_size // world_size
@@ -124,10 +126,10 @@ def train_one_epoch(model, optimizer, scaler, loader, task, device, args, master
     return (totals[0] / totals[1]).item(), int(totals[1].item())
 
 
-def evaluate(model, loader, task, device, args):
+def evaluate(model, loader, task, args):
     """(metrics, (targets, outputs)) of one split, on the plain module (not the
     DDP wrapper, whose forward on one rank alone could wait for the others)."""
-    targets, outputs = predict(model, loader, device, args.tta)
+    targets, outputs = predict(model, loader, args.device, args.tta)
     if args.distributed_eval:  # DDP: each rank scored its share; every rank gets all of them
         parts = [None] * dist.get_world_size()
         dist.all_gather_object(parts, (targets, outputs))
@@ -156,27 +158,25 @@ def main(args):
     # DDP 1: join the process group. torchrun starts one process per CPU share or GPU and sets
     # RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/MASTER_PORT, which init_process_group reads.
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # one GPU per local rank
+    # where this rank computes; kept with the flags, which every function below receives
+    args.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if args.amp == "fp16" and args.device.type != "cuda":
+        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+    if args.device.type == "cuda":
+        torch.cuda.set_device(args.device)  # one GPU per local rank
     timeout = timedelta(seconds=args.dist_timeout)  # a dead or silent peer fails a collective after this
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout,
-                            device_id=device if device.type == "cuda" else None, **rendezvous(timeout))
+    dist.init_process_group("nccl" if args.device.type == "cuda" else "gloo", timeout=timeout,
+                            device_id=args.device if args.device.type == "cuda" else None, **rendezvous(timeout))
     try:
-        train(args, device, started)
+        train(args, started)
     finally:
         dist.destroy_process_group()  # DDP 9: on every way out, errors included
 
 
-def train(args, device, started):
-    rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP
-    master_process = rank == 0  # it alone prints, evaluates and writes files
-    setup_logging(rank, args.quiet)
-    set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP: share this host's cores
-    dist.barrier()  # DDP: all have joined before any may leave (on bad input, say)
-    torch.manual_seed(args.seed)  # the same initial weights everywhere
+def load_data(args, rank, world_size):
+    """The datasets, and this rank's loaders."""
     data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
-    for warning in data.warnings if master_process else []:
+    for warning in data.warnings if rank == 0 else []:
         log.warning("warning: %s", warning)
     # DDP 2: a stale copy of the file on one node would otherwise train without a word
     assert_same_on_all_ranks(data.digests)
@@ -189,46 +189,95 @@ def train(args, device, started):
     dev_loader, test_loader = (get_ddp_dataloader(rank=eval_rank, world_size=eval_world_size, dataset=split,
                                                   batch_size=args.batch_size, num_workers=args.num_workers)
                                for split in (data.dev, data.test))
+    return data, train_loader, dev_loader, test_loader
+
+
+def prepare_output_dir(args, rank):
+    """The output folder and this rank's log file in it, before any training."""
     output = Path(args.output_dir)
     # DDP: rank 0 creates the folder, local rank 0 of each node its logs/; all learn if that failed
-    check_on_all_ranks(lambda: ensure_writable_dir(output) if master_process else None)
+    check_on_all_ranks(lambda: ensure_writable_dir(output) if rank == 0 else None)
     check_on_all_ranks(lambda: ensure_writable_dir(output / "logs") if int(os.environ.get("LOCAL_RANK", 0)) == 0
                        else None)
     add_log_file(output / "logs", rank)
+    return output
+
+
+def resume(args, path, model, optimizer, scaler, identity, rank):
+    """The training state to start from: a snapshot of this run, or a fresh one (None)."""
+    if args.resume and not path.exists():
+        raise PartorchError(f"--resume: there is no snapshot at {path}")
+    if not ((args.resume or restarted_by_torchrun()) and path.exists()):  # DDP: torchrun restarted us
+        return None
+    state = restore_snapshot(load_state(path), model=model, optimizer=optimizer, scaler=scaler, identity=identity,
+                             rank=rank)
+    log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
+             state.best_score, state.best_epoch)
+    return state
+
+
+def score_epoch(args, model, loaders, task, writer, figures):
+    """The epoch's figures on every rank: `figures` (epoch, training) with dev and test scores added."""
+    row = None
+    if writer is not None or args.distributed_eval:
+        dev_loader, test_loader = loaders
+        dev, _ = evaluate(model, dev_loader, task, args)
+        test, _ = evaluate(model, test_loader, task, args)  # for the curves: dev alone picks the best
+        row = {**figures, **task.figures("dev", dev), **task.figures("test", test)}
+    if writer is not None:
+        record_epoch(writer, row, task, args.epochs)
+    # DDP 7: only rank 0 has scored dev: send its figures to every rank, so all keep the same best
+    # weights and stop at the same epoch
+    shared = [row]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
+# DDP 8: every rank's random state (their dropout masks differ), rank 0 writes, and the
+# barrier keeps any rank from running ahead of a snapshot that is not yet on disk
+def save_snapshot_of_all_ranks(path, model, optimizer, scaler, state, identity):
+    rng_states = [None] * dist.get_world_size()
+    dist.all_gather_object(rng_states, capture_rng())
+    if dist.get_rank() == 0:
+        save_snapshot(path, model=model, optimizer=optimizer, scaler=scaler, state=state, rng_states=rng_states,
+                      identity=identity)
+    dist.barrier()
+
+
+def train(args, started):
+    rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP
+    master_process = rank == 0  # it alone prints, evaluates and writes files
+    setup_logging(rank, args.quiet)
+    set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP: share this host's cores
+    dist.barrier()  # DDP: all have joined before any may leave (on bad input, say)
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    data, train_loader, dev_loader, test_loader = load_data(args, rank, world_size)
+    output = prepare_output_dir(args, rank)
+    task = data.task
     log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s", args.dataset,
-             len(data.train), len(data.dev), len(data.test), data.task.kind, len(data.task.columns), rank, world_size,
-             device)
+             len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank, world_size,
+             args.device)
 
     model, model_hparams = build_model(args, data)
-    model = model.to(device)
+    model = model.to(args.device)
     # DDP 4: the wrapper copies rank 0's weights to every rank and all-reduces gradients in backward()
-    ddp_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+    ddp_model = DistributedDataParallel(model, device_ids=[args.device] if args.device.type == "cuda" else None,
                                         gradient_as_bucket_view=True, bucket_cap_mb=args.bucket_mb)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     torch.manual_seed(rank_seed(args.seed, rank))  # dropout from (seed, rank): each DDP rank its own masks
-    if args.amp == "fp16" and device.type != "cuda":
-        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output) if master_process else None  # DDP 7: one writer for the whole job
-    task, hparams = data.task, {**run_hparams(args), "model": model_hparams}
+    hparams = {**run_hparams(args), "model": model_hparams}
     identity = {"hparams": hparams, **data.digests}
-
     snapshot_path = output / "checkpoints" / "last.pt"
-    state = TrainingState(best_score=task.worst_score)
-    if args.resume and not snapshot_path.exists():
-        raise PartorchError(f"--resume: there is no snapshot at {snapshot_path}")
-    if (args.resume or restarted_by_torchrun()) and snapshot_path.exists():  # DDP: torchrun restarted us
-        state = restore_snapshot(load_state(snapshot_path), model=model, optimizer=optimizer, scaler=scaler,
-                                 identity=identity, rank=rank)
-        log.info("resumed from the snapshot after epoch %d (best dev %s %.4f at epoch %d)", state.epoch,
-                 task.score_title, state.best_score, state.best_epoch)
+    state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
+    state = state or TrainingState(best_score=task.worst_score)
 
     train_seconds, train_molecules = 0.0, 0
     for epoch in range(state.epoch + 1, args.epochs + 1):
         if args.patience and state.epoch - state.best_epoch >= args.patience:
-            log.info("no better dev %s for %d epochs: stopped after epoch %d", task.score_title, args.patience,
-                     state.epoch)
+            log.info("no better dev score for %d epochs: stopped after epoch %d", args.patience, state.epoch)
             break
         # DDP 3: the shuffle depends on (seed, epoch), the same on every rank; without set_epoch
         # every epoch would replay the first one's order
@@ -236,40 +285,23 @@ def train(args, device, started):
         if args.augment:
             train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
         epoch_started = time.perf_counter()
-        train_loss, molecules = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, device, args,
+        train_loss, molecules = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
                                                 master_process)
         seconds = time.perf_counter() - epoch_started
         train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
-        row = None
-        if master_process or args.distributed_eval:
-            dev, _ = evaluate(model, dev_loader, task, device, args)
-            test, _ = evaluate(model, test_loader, task, device, args)  # for the curves: dev alone picks the best
-            row = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
-                       lr=optimizer.param_groups[0]["lr"], **task.figures("dev", dev), **task.figures("test", test))
-        if master_process:
-            record_epoch(writer, row, task, args.epochs)
-        # DDP 7: only rank 0 has scored dev: send its figures to every rank, so all keep the same best
-        # weights and stop at the same epoch
-        shared = [row]
-        dist.broadcast_object_list(shared, src=0)
-        row = shared[0]
+        row = score_epoch(args, model, (dev_loader, test_loader), task, writer,
+                          dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                               lr=optimizer.param_groups[0]["lr"]))
         state.history.append(row)
         state.epoch = epoch
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
             state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
             state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        # DDP 8: every rank's random state (their dropout masks differ), rank 0 writes, and the
-        # barrier keeps any rank from running ahead of a snapshot that is not yet on disk
-        rng_states = [None] * world_size
-        dist.all_gather_object(rng_states, capture_rng())
-        if master_process:
-            save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
-                          rng_states=rng_states, identity=identity)
-        dist.barrier()
+        save_snapshot_of_all_ranks(snapshot_path, model, optimizer, scaler, state, identity)
 
     model.load_state_dict(state.best_state)
     if master_process or args.distributed_eval:
-        _, test = evaluate(model, test_loader, task, device, args)
+        _, test = evaluate(model, test_loader, task, args)
     if master_process:
         run = dict(world_size=world_size, global_batch_size=args.batch_size,
                    per_rank_batch_size=args.batch_size // world_size,
