@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import PartorchError
+from .logs import log
 
 
 class DistributedError(PartorchError):
@@ -77,16 +78,20 @@ def all_gather_object(obj):
 
 
 def check_on_all_ranks(work):
-    """Run `work` here; if it raised a PartorchError on any rank, raise it on all.
+    """Run `work` here; if it failed on any rank, fail on all with its message.
 
-    For work some ranks do and others wait for: a plain barrier would leave
-    the waiting ranks hanging when the working rank fails.
+    For work some ranks do and others wait for (a barrier that also says
+    whether the work succeeded): a plain barrier would leave the waiting
+    ranks hanging when the working rank fails.
     """
     try:
         work()
         error = None
     except PartorchError as exc:
         error = str(exc)
+    except Exception as exc:  # a full disk, a bug: still one line on every rank, the details in the log
+        log.exception("rank %d failed", dist.get_rank())
+        error = f"rank {dist.get_rank()} failed: {type(exc).__name__}: {exc}"
     errors = [e for e in all_gather_object(error) if e]
     if errors:
         raise PartorchError(errors[0])

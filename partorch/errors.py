@@ -1,5 +1,6 @@
 """The one exception type for bad input or set-up, and how a command ends on
 it: one `error: ...` line on stderr and exit status 2, never a traceback."""
+import logging
 import os
 import re
 import sys
@@ -29,6 +30,29 @@ def run_main(main, parser):
             raise
         fail("lost contact with another process: it crashed, was killed, or did not answer within "
              f"--dist-timeout ({str(exc).strip().splitlines()[0][:300]})")
+
+
+class Failure(str):
+    """What went wrong on one rank, as a message another rank can re-raise."""
+
+
+def run_or_report(work):
+    """work()'s result, or a Failure saying why it raised: for work one rank
+    does while the others wait for its result in a collective, so that they
+    can stop with it instead of waiting until the collective times out."""
+    try:
+        return work()
+    except PartorchError as exc:
+        return Failure(str(exc))
+    except Exception as exc:  # a bug: its traceback goes to the log, its one line to every rank
+        logging.getLogger("partorch").exception("failed")
+        return Failure(f"{type(exc).__name__}: {exc}")
+
+
+def raise_if_failed(result):
+    if isinstance(result, Failure):
+        raise PartorchError(f"rank 0 failed: {result}")
+    return result
 
 
 def is_peer_failure(exc):

@@ -4,6 +4,7 @@ training script's business."""
 import numpy as np
 import torch
 
+from .errors import PartorchError
 from .loaders import get_dataloader
 
 TTA_EPOCH_OFFSET = 10 ** 6  # random-SMILES streams for test-time augmentation, apart from training epochs
@@ -15,6 +16,9 @@ def predict(model, loader, device, tta=0):
     model is left in eval mode. With `tta`, the outputs are the mean over the
     given SMILES and `tta` random ones (the loader's order does not change:
     the sampler sorts by the given strings' lengths)."""
+    if tta and not hasattr(loader.dataset, "set_epoch"):
+        raise PartorchError("--tta needs a dataset that can rewrite its molecules (set_epoch), "
+                            f"and {type(loader.dataset).__name__} cannot")
     model.eval()
     targets, outputs = _outputs(model, loader, device)
     for variant in range(1, tta + 1):

@@ -104,9 +104,10 @@ def _running_flags(add, default_output_dir):
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
 
 
-# Flags that change how or where a run executes, not what it computes.
+# Flags that change how or where a run executes, not what it computes (and
+# `device`, which the scripts add to the flags: cuda:0 and cuda:1 are one run).
 NOT_RESULT_DEFINING = {"output_dir", "num_workers", "threads", "bucket_mb", "dist_timeout", "distributed_eval",
-                       "resume", "quiet", "epochs", "patience"}
+                       "resume", "quiet", "epochs", "patience", "device"}
 
 
 def run_hparams(args):

@@ -123,8 +123,12 @@ class Regression(Task):
     def from_training_labels(cls, columns, labels):
         """Standardise with the *training* split only: dev and test stay unseen."""
         labels = np.asarray(labels, dtype=np.float64).reshape(len(labels), -1)
-        std = np.nanstd(labels, axis=0)
-        return cls(columns, np.nanmean(labels, axis=0), np.where(std > 0, std, 1.0))
+        labelled = ~np.isnan(labels)
+        counts = np.maximum(labelled.sum(axis=0), 1)
+        mean = np.where(labelled, labels, 0.0).sum(axis=0) / counts
+        std = np.sqrt((np.where(labelled, labels - mean, 0.0) ** 2).sum(axis=0) / counts)
+        # a column without training labels gets a finite scale (0, 1): a NaN would poison every gradient
+        return cls(columns, mean, np.where(std > 0, std, 1.0))
 
     def cell_losses(self, outputs, targets):
         mean = torch.as_tensor(self.mean, dtype=outputs.dtype, device=outputs.device)

@@ -212,9 +212,9 @@ def train(args, started):
                                                 master_process)
         seconds = time.perf_counter() - epoch_started
         train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
-        row = score_epoch(args, model, (dev_loader, test_loader), task, writer,
-                          dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
-                               lr=optimizer.param_groups[0]["lr"]))
+        figures = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                       lr=optimizer.param_groups[0]["lr"])
+        row = score_epoch(args, model, (dev_loader, test_loader), task, writer, figures)
         state.history.append(row)
         state.epoch = epoch
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
@@ -223,6 +223,8 @@ def train(args, started):
         save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
                       rng_states=[capture_rng()], identity=identity)
 
+    if not state.best_state:
+        raise PartorchError(f"no epoch gave a finite dev {task.score_title}; see {output / 'logs'}")
     model.load_state_dict(state.best_state)
     if master_process or args.distributed_eval:
         _, test = evaluate(model, test_loader, task, args)

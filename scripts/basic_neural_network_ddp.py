@@ -17,13 +17,11 @@ DDP step, marked `# DDP`. In order:
   4. wrap the model in DistributedDataParallel
   5. no_sync for all but the last micro-batch of a step (--accumulate)
   6. all_reduce the training loss and molecule count for the log
-  7. rank 0 evaluates and writes TensorBoard (one SummaryWriter), then
-     broadcasts the epoch's figures so every rank keeps the same best
-     weights and stops at the same epoch
+  7. rank 0 evaluates and writes TensorBoard (one SummaryWriter), then broadcasts
+     the epoch's figures: every rank keeps the same best weights, stops together
   8. the snapshot: every rank's random state gathered, rank 0 writes, barrier
   9. destroy_process_group on every way out
---batch-size is the global batch: N processes take batch/N each, so 1 and N
-processes take the same optimisation steps.
+--batch-size is the global batch: N processes take batch/N each.
 
 Your own data, model or task: edit the marked place below (build_datasets,
 build_model) and nothing else; examples/fingerprint_mlp_ddp.py is this script
@@ -47,6 +45,7 @@ from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
+from partorch.errors import raise_if_failed, run_or_report  # DDP 7
 from partorch.evaluation import predict
 from partorch.flags import build_parser, run_hparams
 from partorch.loaders import get_ddp_dataloader
@@ -133,7 +132,7 @@ def evaluate(model, loader, task, args):
     if args.distributed_eval:  # DDP: each rank scored its share; every rank gets all of them
         parts = [None] * dist.get_world_size()
         dist.all_gather_object(parts, (targets, outputs))
-        targets, outputs = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        targets, outputs = (np.concatenate([p[i] for p in parts if len(p[i])]) for i in (0, 1))
     return task.metrics(targets, outputs), (targets, outputs)
 
 
@@ -226,11 +225,7 @@ def score_epoch(args, model, loaders, task, writer, figures):
         row = {**figures, **task.figures("dev", dev), **task.figures("test", test)}
     if writer is not None:
         record_epoch(writer, row, task, args.epochs)
-    # DDP 7: only rank 0 has scored dev: send its figures to every rank, so all keep the same best
-    # weights and stop at the same epoch
-    shared = [row]
-    dist.broadcast_object_list(shared, src=0)
-    return shared[0]
+    return row
 
 
 # DDP 8: every rank's random state (their dropout masks differ), rank 0 writes, and the
@@ -238,10 +233,10 @@ def score_epoch(args, model, loaders, task, writer, figures):
 def save_snapshot_of_all_ranks(path, model, optimizer, scaler, state, identity):
     rng_states = [None] * dist.get_world_size()
     dist.all_gather_object(rng_states, capture_rng())
-    if dist.get_rank() == 0:
-        save_snapshot(path, model=model, optimizer=optimizer, scaler=scaler, state=state, rng_states=rng_states,
-                      identity=identity)
-    dist.barrier()
+    # the barrier: every rank waits here for rank 0's write, and learns whether it worked
+    check_on_all_ranks(lambda: save_snapshot(path, model=model, optimizer=optimizer, scaler=scaler, state=state,
+                                             rng_states=rng_states, identity=identity) if dist.get_rank() == 0
+                       else None)
 
 
 def train(args, started):
@@ -273,6 +268,8 @@ def train(args, started):
     snapshot_path = output / "checkpoints" / "last.pt"
     state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
     state = state or TrainingState(best_score=task.worst_score)
+    # DDP: all ranks start from the same epoch (a node whose output folder lacks the snapshot would not)
+    assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
 
     train_seconds, train_molecules = 0.0, 0
     for epoch in range(state.epoch + 1, args.epochs + 1):
@@ -289,9 +286,13 @@ def train(args, started):
                                                 master_process)
         seconds = time.perf_counter() - epoch_started
         train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
-        row = score_epoch(args, model, (dev_loader, test_loader), task, writer,
-                          dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
-                               lr=optimizer.param_groups[0]["lr"]))
+        figures = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
+                       lr=optimizer.param_groups[0]["lr"])
+        # DDP 7: only rank 0 scores dev; it sends the epoch's figures (or why it failed) to every rank,
+        # so all keep the same best weights, stop at the same epoch, or stop together
+        shared = [run_or_report(lambda: score_epoch(args, model, (dev_loader, test_loader), task, writer, figures))]
+        dist.broadcast_object_list(shared, src=0)
+        row = raise_if_failed(shared[0])
         state.history.append(row)
         state.epoch = epoch
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
@@ -299,6 +300,8 @@ def train(args, started):
             state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         save_snapshot_of_all_ranks(snapshot_path, model, optimizer, scaler, state, identity)
 
+    if not state.best_state:
+        raise PartorchError(f"no epoch gave a finite dev {task.score_title}; see {output / 'logs'}")
     model.load_state_dict(state.best_state)
     if master_process or args.distributed_eval:
         _, test = evaluate(model, test_loader, task, args)

@@ -110,6 +110,18 @@ def test_the_fingerprint_example_trains_under_torchrun(esol_path, tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_failure_on_rank_0_alone_stops_every_rank_at_once(esol_subset, tmp_path):
+    """Rank 0 scores dev while the others wait in a broadcast: its failure is
+    what they receive, not a silence until --dist-timeout."""
+    result = run_script([EXAMPLE, esol_subset, "--label-column", "logSolubility", "--output-dir", tmp_path / "o",
+                         "--epochs", "1", "--quiet", "--tta", "1", "--dist-timeout", "600"], nproc=2, timeout=100)
+    assert result.returncode != 0
+    errors = error_lines(result.stderr)
+    assert len(errors) == 2 and all("--tta needs a dataset that can rewrite its molecules" in e for e in errors)
+    assert sum("rank 0 failed" in e for e in errors) == 2 and not our_traceback(result.stderr)
+
+
+@pytest.mark.timeout(120)
 def test_bad_column_stops_every_rank_with_one_error_line(bbbp_subset, tmp_path):
     result = run_script([DDP, bbbp_subset, "--label-column", "nope", "--output-dir", tmp_path / "o", *FAST_FLAGS],
                         nproc=2, timeout=100)
