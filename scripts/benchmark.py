@@ -135,11 +135,11 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
                                         gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
-    flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True)
+    flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True, device=device)
     stream, task = BatchStream(loader), BinaryClassification(["label"])
 
     def run(steps):
-        train_one_epoch(ddp_model, optimizer, scaler, stream.take(steps), task, device, flags, False)
+        train_one_epoch(ddp_model, optimizer, scaler, stream.take(steps), task, flags, False)
         return stream.samples, stream.tokens
 
     return len(loader), run

@@ -45,13 +45,14 @@ def uneven_training(opts):
     model = RNNPredictor(tokenizer.vocab_size, embedding_dim=8, d_model=8, num_layers=2, dropout=0.0)
     ddp_model = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    flags = argparse.Namespace(amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True)
+    flags = argparse.Namespace(amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True,
+                               device=torch.device("cpu"))
     steps = []
     for epoch in (1, 2):
         loader.batch_sampler.set_epoch(epoch)
         steps.append(len(loader))
         loss, samples = ddp_script.train_one_epoch(ddp_model, optimizer, torch.amp.GradScaler(enabled=False), loader,
-                                                   BinaryClassification(["y"]), torch.device("cpu"), flags, False)
+                                                   BinaryClassification(["y"]), flags, False)
     return {"steps": steps, "samples": samples, "loss": loss}
 
 
