@@ -16,7 +16,7 @@ def test_the_three_notebooks_are_there():
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, tmp_path, monkeypatch):
+def test_notebook_runs(path, tmp_path, monkeypatch, bbbp_path):  # bbbp_path: skip without the data
     notebook = nbformat.read(path, as_version=4)
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "outputs not stripped"
     monkeypatch.setenv("PARTORCH_NOTEBOOK_MOLECULES", "300")
