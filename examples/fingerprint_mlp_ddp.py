@@ -2,9 +2,8 @@
 adapted to other data, another model and another task, changed only in its
 marked place (a test checks that the diff of the two stays inside it).
 
-    python dataset/place_data.py ESOL     # once: downloads dataset/ESOL.csv
-    torchrun --standalone --nproc-per-node 2 examples/fingerprint_mlp_ddp.py dataset/ESOL.csv \\
-        --label-column logSolubility
+    torchrun --standalone --nproc-per-node 2 examples/fingerprint_mlp_ddp.py ESOL.csv \\
+        --label-column logSolubility     # MoleculeNet's ESOL: columns smiles, logSolubility
 
 Molecules become 2048-bit Morgan fingerprints (radius 2; RDKit), the model is
 a multilayer perceptron (--d-model wide, --num-layers deep), and the task is
