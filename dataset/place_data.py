@@ -1,8 +1,8 @@
 """Place a MoleculeNet CSV in this folder, verifying its sha256 checksum.
 
-    python dataset/place_data.py                                   # download BBBP
-    python dataset/place_data.py --from ../shared/datasets/BBBP.csv  # copy a local file
-    python dataset/place_data.py HIV --from ../shared/datasets/HIV.csv
+    python dataset/place_data.py HIV                          # download HIV
+    python dataset/place_data.py HIV --from /path/to/HIV.csv  # copy a local file
+    python dataset/place_data.py                              # BBBP (it also ships in this folder)
 
 Standard library only, so it runs before anything is installed.
 """

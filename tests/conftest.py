@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import SHARED_DATASETS
+from helpers import ROOT, SHARED_DATASETS
 
 MARKERS = {"unit": "fast in-process tests of one part", "integration": "real torchrun, processes and files",
            "slow": "notebooks and the benchmark (minutes)"}
@@ -34,7 +34,7 @@ def shared_dataset(name):
 
 @pytest.fixture(scope="session")
 def bbbp_path():
-    return shared_dataset("BBBP.csv")
+    return ROOT / "dataset" / "BBBP.csv"  # ships with the project
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,6 @@
 """CSV reading, splits, the typed batch, samplers and loaders."""
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,11 @@ from partorch.molecule_csv import DataError, read_molecule_csv, resolve_columns
 from partorch.sampler import LengthBucketBatchSampler
 from partorch.splits import split_indices
 from partorch.tokenizer import SmilesTokenizer
+
+
+def test_the_shipped_bbbp_is_the_moleculenet_file(bbbp_path):
+    digest = hashlib.sha256(bbbp_path.read_bytes()).hexdigest()
+    assert digest == "d07a38487aeac5cee5508413e468043ef3097451d2a112701c2d60be9ec6b662"
 
 
 def test_reads_bbbp(bbbp_path):
