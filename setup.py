@@ -1,12 +1,24 @@
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# Kept in step with environment.yml (conda) by a test.
+NOTEBOOKS = ["jupyterlab", "optuna", "rdkit"]
+TEST = ["pytest", "pytest-timeout", "rdkit", "optuna", "nbclient", "nbformat", "ipykernel"]
 
 setup(
     name="partorch",
     version="0.1.0",
     description="A data-parallel (DDP) training template: SMILES LSTM classifier on MoleculeNet BBBP",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
     packages=find_packages(include=["partorch", "partorch.*"]),
     license="MIT",
-    python_requires=">=3.9",
-    install_requires=["torch>=2.2", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],
-    extras_require={"test": ["pytest", "pytest-timeout", "rdkit", "nbclient", "nbformat", "ipykernel"], "chem": ["rdkit"]},
+    license_files=["LICENSE"],
+    classifiers=["License :: OSI Approved :: MIT License", "Programming Language :: Python :: 3",
+                 "Topic :: Scientific/Engineering :: Chemistry"],
+    python_requires=">=3.10",
+    # torch: the oldest release this project has been run with (see the README)
+    install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],
+    extras_require={"chem": ["rdkit"], "notebooks": NOTEBOOKS, "test": TEST},
 )

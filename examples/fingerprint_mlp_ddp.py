@@ -28,9 +28,10 @@ from torch.nn.parallel import DistributedDataParallel  # DDP 4
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot,
-                                 save_snapshot)
+from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
+                                 restore_snapshot, save_snapshot)
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
+from partorch.distributed import torchrun_job_key  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.errors import raise_if_failed, run_or_report  # DDP 7
@@ -92,17 +93,20 @@ def build_model(args, data):
 
 
 def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process):
-    """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
+    """One pass over this rank's shard: (mean loss, molecules) over all ranks, and every step's loss."""
     model.train()
     device = args.device
     world_size = dist.get_world_size()  # DDP
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     per_rank_batch = args.batch_size // world_size
-    loss_sum, molecules = torch.zeros((), device=device), torch.zeros((), device=device)
-    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process, leave=False, unit="mol")
+    step_losses, step_molecules = [], []  # losses stay on the device: no host sync per step
+    # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
+    bar = tqdm(total=len(loader.dataset), disable=None if master_process and not args.quiet else True, leave=False,
+               unit="mol")
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
+        step_loss = torch.zeros((), device=device)
         # DDP 5: backward() all-reduces gradients; no_sync skips that for all but the last micro-batch
         for i, piece in enumerate(pieces):
             with model.no_sync() if i < len(pieces) - 1 else nullcontext():
@@ -110,16 +114,18 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process
                     loss = task.loss(model(*piece.inputs).float(), piece.targets)
                 # A sum divided by the per-rank batch; DDP averages over ranks: the global batch's gradient
                 scaler.scale(loss / per_rank_batch).backward()
-            loss_sum += loss.detach()  # stays on the device: no host sync per step
+            step_loss += loss.detach()
         scaler.step(optimizer)
         scaler.update()
-        molecules += len(batch)
+        step_losses.append(step_loss)
+        step_molecules.append(len(batch))
         bar.update(len(batch) * world_size)
     bar.close()
-    # DDP 6: sum over ranks, so the logged loss covers every rank's molecules, not rank 0's share
-    totals = torch.stack([loss_sum, molecules])
+    totals = torch.stack([torch.stack(step_losses), torch.tensor(step_molecules, device=device).float()])
+    # DDP 6: sum over ranks, once an epoch: each logged loss covers every rank's molecules, not rank 0's share
     dist.all_reduce(totals)
-    return (totals[0] / totals[1]).item(), int(totals[1].item())
+    loss_sum, molecules = totals.sum(dim=1).tolist()
+    return loss_sum / molecules, int(molecules), (totals[0] / totals[1]).tolist()
 
 
 def evaluate(model, loader, task, args):
@@ -133,14 +139,17 @@ def evaluate(model, loader, task, args):
     return task.metrics(targets, outputs), (targets, outputs)
 
 
-def record_epoch(writer, row, task, epochs):
-    """The epoch's line on the console and its scalars in TensorBoard."""
+def record_epoch(writer, row, task, epochs, step_losses):
+    """The epoch's line on the console and its scalars in TensorBoard: the
+    per-step training loss against optimizer steps, the rest against epochs."""
     score = task.score_name
     log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f  %.0f samples/s", row["epoch"], epochs,
              row["train_loss"], row["dev_loss"], task.score_title, row[f"dev_{score}"], row["samples_per_second"])
     step = row["epoch"]
+    for i, loss in enumerate(step_losses, start=(step - 1) * len(step_losses) + 1):
+        writer.add_scalar("Loss/train_step", loss, i)
     writer.add_scalar("Loss/train", row["train_loss"], step)
-    for split in ("dev", "test"):
+    for split in [split for split in ("dev", "test") if f"{split}_loss" in row]:
         writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
         writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
         for column, value in row.get(f"{split}_per_task", {}).items():
@@ -190,6 +199,12 @@ def load_data(args, rank, world_size):
 
 def prepare_output_dir(args, rank):
     """The output folder and this rank's log file in it, before any training."""
+    if args.output_dir is None:
+        # DDP: rank 0 picks DEFAULT_OUTPUT_DIR/version_N (its own again after a torchrun restart) for all
+        chosen = [run_or_report(lambda: new_version_dir(DEFAULT_OUTPUT_DIR, torchrun_job_key())) if rank == 0
+                  else None]
+        dist.broadcast_object_list(chosen, src=0)
+        args.output_dir = str(raise_if_failed(chosen[0]))
     output = Path(args.output_dir)
     # DDP: rank 0 creates the folder, local rank 0 of each node its logs/; all learn if that failed
     check_on_all_ranks(lambda: ensure_writable_dir(output) if rank == 0 else None)
@@ -212,16 +227,16 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     return state
 
 
-def score_epoch(args, model, loaders, task, writer, figures):
-    """The epoch's figures on every rank: `figures` (epoch, training) with dev and test scores added."""
+def score_epoch(args, model, loaders, task, writer, figures, step_losses):
+    """The epoch's figures on every rank: `figures` (epoch, training) with dev's scores (and test's) added."""
     row = None
     if writer is not None or args.distributed_eval:
-        dev_loader, test_loader = loaders
-        dev, _ = evaluate(model, dev_loader, task, args)
-        test, _ = evaluate(model, test_loader, task, args)  # for the curves: dev alone picks the best
-        row = {**figures, **task.figures("dev", dev), **task.figures("test", test)}
+        row = dict(figures)
+        # test only on request, for the curves: dev alone picks the best epoch
+        for split, loader in list(zip(("dev", "test"), loaders))[:2 if args.test_every_epoch else 1]:
+            row.update(task.figures(split, evaluate(model, loader, task, args)[0]))
     if writer is not None:
-        record_epoch(writer, row, task, args.epochs)
+        record_epoch(writer, row, task, args.epochs, step_losses)
     return row
 
 
@@ -246,9 +261,9 @@ def train(args, started):
     data, train_loader, dev_loader, test_loader = load_data(args, rank, world_size)
     output = prepare_output_dir(args, rank)
     task = data.task
-    log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s", args.dataset,
-             len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank, world_size,
-             args.device)
+    log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s; writing to %s",
+             args.dataset, len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank,
+             world_size, args.device, output)
 
     model, model_hparams = build_model(args, data)
     model = model.to(args.device)
@@ -279,15 +294,16 @@ def train(args, started):
         if args.augment:
             train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
         epoch_started = time.perf_counter()
-        train_loss, molecules = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
-                                                master_process)
+        train_loss, molecules, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task,
+                                                             args, master_process)
         seconds = time.perf_counter() - epoch_started
         train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
         figures = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
                        lr=optimizer.param_groups[0]["lr"])
         # DDP 7: only rank 0 scores dev; it sends the epoch's figures (or why it failed) to every rank,
         # so all keep the same best weights, stop at the same epoch, or stop together
-        shared = [run_or_report(lambda: score_epoch(args, model, (dev_loader, test_loader), task, writer, figures))]
+        shared = [run_or_report(lambda: score_epoch(args, model, (dev_loader, test_loader), task, writer, figures,
+                                                  step_losses))]
         dist.broadcast_object_list(shared, src=0)
         row = raise_if_failed(shared[0])
         state.history.append(row)
@@ -306,7 +322,8 @@ def train(args, started):
         run = dict(world_size=world_size, global_batch_size=args.batch_size,
                    per_rank_batch_size=args.batch_size // world_size,
                    train_samples_per_second=train_molecules / max(train_seconds, 1e-9),
-                   wall_seconds=time.perf_counter() - started, seed=args.seed)
+                   wall_seconds=time.perf_counter() - started, seed=args.seed, max_epochs=args.epochs,
+                   patience=args.patience)
         final = write_report(output, writer=writer, task=task, state=state, test=test, run=run,
                              descriptions={"hparams": hparams, "task": task.to_dict(), **data.descriptions})
         print(task.final_line(final), flush=True)

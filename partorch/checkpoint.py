@@ -52,6 +52,37 @@ def atomic_write_json(obj, path):
     _atomic(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
 
 
+JOB_FILE = ".job"
+
+
+def new_version_dir(base, job_key=None):
+    """`base/version_N` for a new run, N one above the highest there (as
+    Lightning's loggers do), so runs never stack their events in one folder.
+    The folder notes `job_key` (see `distributed.torchrun_job_key`), so a
+    torchrun restart of the same job finds its own folder again and resumes."""
+    base = Path(base)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        versions = {int(p.name[8:]): p for p in base.glob("version_*") if p.name[8:].isdigit()}
+        for number in sorted(versions) if job_key else []:
+            marker = versions[number] / JOB_FILE
+            if marker.exists() and json.loads(marker.read_text()) == job_key:
+                return versions[number]
+        number = max(versions, default=-1)
+        while True:
+            number += 1
+            try:
+                (base / f"version_{number}").mkdir()  # atomic: two runs starting at once get two folders
+                break
+            except FileExistsError:
+                continue
+        if job_key:
+            atomic_write_json(job_key, base / f"version_{number}" / JOB_FILE)
+    except OSError as exc:
+        raise CheckpointError(f"output folder {base} is not writable ({exc.strerror})") from None
+    return base / f"version_{number}"
+
+
 def ensure_writable_dir(path):
     """Create `path` and prove we can write there, before any training."""
     path = Path(path)

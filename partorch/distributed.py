@@ -8,6 +8,7 @@ read at once and hides none of those steps.
 import hashlib
 import json
 import os
+import socket
 
 import numpy as np
 import torch
@@ -63,6 +64,19 @@ def rendezvous(timeout):
 
 def restarted_by_torchrun():
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+
+
+def torchrun_job_key():
+    """What stays the same for one torchrun job across its restarts, or None
+    outside torchrun: the rendezvous id every node shares (`--rdzv-id`, or
+    the one `--standalone` draws), else this host's agent and its port.
+    Read on rank 0, which names the job's output folder."""
+    if "TORCHELASTIC_RESTART_COUNT" not in os.environ:
+        return None
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    if run_id != "none":
+        return f"rdzv:{run_id}"
+    return f"agent:{socket.gethostname()}:{os.getppid()}:{os.environ.get('MASTER_PORT')}"
 
 
 def digest(obj):

@@ -22,8 +22,16 @@ def _fraction(text):
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        if parsed.resume and parsed.output_dir is None:
+            self.error("--resume needs --output-dir, the folder of the run to continue")
+        return parsed
+
+
 def build_parser(doc, default_output_dir):
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = parser.add_argument
     add("dataset", help="CSV file with a SMILES column and one or more label columns")
     _data_flags(add)
@@ -85,8 +93,9 @@ def _model_flags(add):
 
 
 def _running_flags(add, default_output_dir):
-    add("--output-dir", default=default_output_dir,
-        help="TensorBoard events, metrics.json, the best model (default: %(default)s)")
+    add("--output-dir", default=None,
+        help="TensorBoard events, metrics.json, the best model, snapshots; used as given "
+             f"(default: a new {default_output_dir}/version_N per run)")
     add("--num-workers", type=int, default=0,
         help="DataLoader worker processes; the data is pre-tokenized, so 0 is usually fastest (default: %(default)s)")
     add("--threads", type=_positive(int), default=None,
@@ -99,15 +108,19 @@ def _running_flags(add, default_output_dir):
     add("--distributed-eval", action="store_true",
         help="every rank scores its share of dev and test and the predictions are gathered "
              "(default: rank 0 scores them alone)")
+    add("--test-every-epoch", action="store_true",
+        help="also score the test split every epoch, for the curves (the best epoch is chosen on dev either "
+             "way; off by default, so that nobody is tempted to choose by test)")
     add("--resume", action="store_true",
-        help="continue from OUTPUT_DIR/checkpoints/last.pt (automatic after a torchrun restart)")
+        help="continue from OUTPUT_DIR/checkpoints/last.pt; needs --output-dir (automatic after a torchrun "
+             "restart)")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
 
 
 # Flags that change how or where a run executes, not what it computes (and
 # `device`, which the scripts add to the flags: cuda:0 and cuda:1 are one run).
 NOT_RESULT_DEFINING = {"output_dir", "num_workers", "threads", "bucket_mb", "dist_timeout", "distributed_eval",
-                       "resume", "quiet", "epochs", "patience", "device"}
+                       "resume", "quiet", "epochs", "patience", "device", "test_every_epoch"}
 
 
 def run_hparams(args):

@@ -44,7 +44,8 @@ def read_frame(path):
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
+        raise DataError(f"{path}: no such file (BBBP ships in dataset/; python dataset/place_data.py "
+                        "HIV|SIDER|ESOL|Lipophilicity downloads the others)") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, expected a CSV file") from None
     except pd.errors.EmptyDataError:

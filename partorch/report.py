@@ -9,6 +9,9 @@ import numpy as np
 from .checkpoint import atomic_write_json, save_model_dir
 from .logs import log
 
+# What a run measures rather than chooses: TensorBoard shows them as metrics beside the scores.
+MEASURED = ("train_samples_per_second", "wall_seconds")
+
 
 def metrics_record(task, state, test_metrics, run):
     """metrics.json's content: `test_<score>`, `best_dev_<score>` and the run's figures."""
@@ -32,13 +35,39 @@ def write_report(output_dir, *, writer, task, state, test, run, descriptions):
     _figures(output, writer, task, state, targets, task.predictions(outputs))
     writer.add_scalar("Loss/test_at_best_epoch", test_metrics["loss"], state.best_epoch)
     writer.add_scalar(f"{task.score_tag}/test_at_best_epoch", test_metrics[task.score_name], state.best_epoch)
-    flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
-            for k, v in {**descriptions.get("hparams", {}), **run}.items()}
-    writer.add_hparams(flat, {f"hparam/test_{task.score_name}": test_metrics[task.score_name],
-                              f"hparam/best_dev_{task.score_name}": state.best_score}, run_name="hparams")
+    measured = {k: v for k, v in run.items() if k in MEASURED}
+    final = {f"hparam/test_{task.score_name}": test_metrics[task.score_name],
+             f"hparam/best_dev_{task.score_name}": state.best_score, **{f"hparam/{k}": v for k, v in measured.items()}}
+    write_hparams(writer, {**descriptions.get("hparams", {}), **{k: v for k, v in run.items() if k not in measured}},
+                  final)
     writer.close()
     log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k not in ("history", "test_metrics")}))
     return test_metrics
+
+
+def write_hparams(writer, hparams, metrics):
+    """The run's flags and final metrics in the run's own event file, beside
+    its curves (as Lightning's logger does; `add_hparams` would start another
+    run in a subfolder, which TensorBoard lists apart from the curves)."""
+    from torch.utils.tensorboard.summary import hparams as hparams_summary
+    flat = _flat(hparams)
+    for summary in hparams_summary(flat, metrics):
+        writer.file_writer.add_summary(summary)
+    for name, value in metrics.items():
+        writer.add_scalar(name, value)
+
+
+def _flat(hparams, prefix=""):
+    """TensorBoard takes numbers, strings and booleans: nested dicts become
+    `model.d_model`, lists `a,b`, anything else its text."""
+    flat = {}
+    for key, value in hparams.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value if isinstance(value, (int, float, str, bool)) else (
+                ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+    return flat
 
 
 def _figures(output, writer, task, state, targets, predictions):

@@ -19,8 +19,8 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, restore_snapshot,
-                                 save_snapshot)
+from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
+                                 restore_snapshot, save_snapshot)
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.evaluation import predict
@@ -72,28 +72,34 @@ def build_model(args, data):
 
 
 def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process):
-    """One pass over this rank's shard; returns (mean loss, molecules) over all ranks."""
+    """One pass over this rank's shard: (mean loss, molecules) over all ranks, and every step's loss."""
     model.train()
     device = args.device
     world_size = 1
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     per_rank_batch = args.batch_size // world_size
-    loss_sum, molecules = torch.zeros((), device=device), torch.zeros((), device=device)
-    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process, leave=False, unit="mol")
+    step_losses, step_molecules = [], []  # losses stay on the device: no host sync per step
+    # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
+    bar = tqdm(total=len(loader.dataset), disable=None if master_process and not args.quiet else True, leave=False,
+               unit="mol")
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
+        step_loss = torch.zeros((), device=device)
         for piece in pieces:
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 loss = task.loss(model(*piece.inputs).float(), piece.targets)
             scaler.scale(loss / per_rank_batch).backward()  # the batch's mean loss (a sum / the batch)
-            loss_sum += loss.detach()  # stays on the device: no host sync per step
+            step_loss += loss.detach()
         scaler.step(optimizer)
         scaler.update()
-        molecules += len(batch)
+        step_losses.append(step_loss)
+        step_molecules.append(len(batch))
         bar.update(len(batch) * world_size)
     bar.close()
-    return (loss_sum / molecules).item(), int(molecules.item())
+    totals = torch.stack([torch.stack(step_losses), torch.tensor(step_molecules, device=device).float()])
+    loss_sum, molecules = totals.sum(dim=1).tolist()
+    return loss_sum / molecules, int(molecules), (totals[0] / totals[1]).tolist()
 
 
 def evaluate(model, loader, task, args):
@@ -103,14 +109,17 @@ def evaluate(model, loader, task, args):
     return task.metrics(targets, outputs), (targets, outputs)
 
 
-def record_epoch(writer, row, task, epochs):
-    """The epoch's line on the console and its scalars in TensorBoard."""
+def record_epoch(writer, row, task, epochs, step_losses):
+    """The epoch's line on the console and its scalars in TensorBoard: the
+    per-step training loss against optimizer steps, the rest against epochs."""
     score = task.score_name
     log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f  %.0f samples/s", row["epoch"], epochs,
              row["train_loss"], row["dev_loss"], task.score_title, row[f"dev_{score}"], row["samples_per_second"])
     step = row["epoch"]
+    for i, loss in enumerate(step_losses, start=(step - 1) * len(step_losses) + 1):
+        writer.add_scalar("Loss/train_step", loss, i)
     writer.add_scalar("Loss/train", row["train_loss"], step)
-    for split in ("dev", "test"):
+    for split in [split for split in ("dev", "test") if f"{split}_loss" in row]:
         writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
         writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
         for column, value in row.get(f"{split}_per_task", {}).items():
@@ -142,6 +151,8 @@ def load_data(args, rank, world_size):
 
 def prepare_output_dir(args, rank):
     """The output folder and this rank's log file in it, before any training."""
+    if args.output_dir is None:
+        args.output_dir = str(new_version_dir(DEFAULT_OUTPUT_DIR))
     output = Path(args.output_dir)
     ensure_writable_dir(output / "logs")
     add_log_file(output / "logs", rank)
@@ -161,16 +172,16 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     return state
 
 
-def score_epoch(args, model, loaders, task, writer, figures):
-    """The epoch's figures on every rank: `figures` (epoch, training) with dev and test scores added."""
+def score_epoch(args, model, loaders, task, writer, figures, step_losses):
+    """The epoch's figures on every rank: `figures` (epoch, training) with dev's scores (and test's) added."""
     row = None
     if writer is not None or args.distributed_eval:
-        dev_loader, test_loader = loaders
-        dev, _ = evaluate(model, dev_loader, task, args)
-        test, _ = evaluate(model, test_loader, task, args)  # for the curves: dev alone picks the best
-        row = {**figures, **task.figures("dev", dev), **task.figures("test", test)}
+        row = dict(figures)
+        # test only on request, for the curves: dev alone picks the best epoch
+        for split, loader in list(zip(("dev", "test"), loaders))[:2 if args.test_every_epoch else 1]:
+            row.update(task.figures(split, evaluate(model, loader, task, args)[0]))
     if writer is not None:
-        record_epoch(writer, row, task, args.epochs)
+        record_epoch(writer, row, task, args.epochs, step_losses)
     return row
 
 
@@ -183,9 +194,9 @@ def train(args, started):
     data, train_loader, dev_loader, test_loader = load_data(args, rank, world_size)
     output = prepare_output_dir(args, rank)
     task = data.task
-    log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s", args.dataset,
-             len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank, world_size,
-             args.device)
+    log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s; writing to %s",
+             args.dataset, len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank,
+             world_size, args.device, output)
 
     model, model_hparams = build_model(args, data)
     model = model.to(args.device)
@@ -208,13 +219,13 @@ def train(args, started):
         if args.augment:
             train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
         epoch_started = time.perf_counter()
-        train_loss, molecules = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
-                                                master_process)
+        train_loss, molecules, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task,
+                                                             args, master_process)
         seconds = time.perf_counter() - epoch_started
         train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
         figures = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
                        lr=optimizer.param_groups[0]["lr"])
-        row = score_epoch(args, model, (dev_loader, test_loader), task, writer, figures)
+        row = score_epoch(args, model, (dev_loader, test_loader), task, writer, figures, step_losses)
         state.history.append(row)
         state.epoch = epoch
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
@@ -232,7 +243,8 @@ def train(args, started):
         run = dict(world_size=world_size, global_batch_size=args.batch_size,
                    per_rank_batch_size=args.batch_size // world_size,
                    train_samples_per_second=train_molecules / max(train_seconds, 1e-9),
-                   wall_seconds=time.perf_counter() - started, seed=args.seed)
+                   wall_seconds=time.perf_counter() - started, seed=args.seed, max_epochs=args.epochs,
+                   patience=args.patience)
         final = write_report(output, writer=writer, task=task, state=state, test=test, run=run,
                              descriptions={"hparams": hparams, "task": task.to_dict(), **data.descriptions})
         print(task.final_line(final), flush=True)

@@ -1,8 +1,8 @@
 """Predict with a trained model: writes CSV with the SMILES and one column per task.
 
-    python scripts/predict.py runs/ddp dataset/BBBP.csv > predictions.csv
-    echo 'CCO' | python scripts/predict.py runs/ddp -
-    python scripts/predict.py runs/ddp molecules.csv --smiles-column SMILES --output out.csv
+    python scripts/predict.py runs/ddp/version_0 dataset/BBBP.csv > predictions.csv
+    echo 'CCO' | python scripts/predict.py runs/ddp/version_0 -
+    python scripts/predict.py runs/ddp/version_0 molecules.csv --smiles-column SMILES --output out.csv
 
 MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
 task.json, tokenizer.json). Each task's column is named after the label

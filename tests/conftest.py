@@ -1,21 +1,14 @@
 """Fixtures and markers. Tests under tests/unit are marked `unit` (in-process,
 seconds), under tests/integration `integration` (real torchrun, processes and
 files); `slow` marks the notebooks and the benchmark. `python -m pytest -q tests`
-runs them all; `-m unit` only the fast ones."""
+runs them all; `-m unit` only the fast ones. The markers are declared in
+pyproject.toml."""
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from helpers import ROOT, SHARED_DATASETS
-
-MARKERS = {"unit": "fast in-process tests of one part", "integration": "real torchrun, processes and files",
-           "slow": "notebooks and the benchmark (minutes)"}
-
-
-def pytest_configure(config):
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
 
 
 def pytest_collection_modifyitems(items):

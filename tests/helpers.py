@@ -40,7 +40,7 @@ def synthetic_molecules(n, seed=0):
     return smiles, np.array(labels)
 
 
-def run_script(args, nproc=None, timeout=240, env=None):
+def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT):
     """Run a script for real: under torchrun when nproc is given."""
     launcher = [sys.executable]
     if nproc:
@@ -50,7 +50,7 @@ def run_script(args, nproc=None, timeout=240, env=None):
     # workers, a benchmark's jobs) goes, not only the first process, so no
     # orphan keeps loading the machine for the tests after it.
     with subprocess.Popen(launcher + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, cwd=ROOT, env=full_env, start_new_session=True) as process:
+                          text=True, cwd=cwd, env=full_env, start_new_session=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

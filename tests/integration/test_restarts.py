@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,12 @@ def _metrics(out):
     m = json.loads((out / "metrics.json").read_text())
     return {k: m[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed")} | {
         "history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in m["history"]]}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _flags(epochs):
@@ -55,10 +62,11 @@ def test_a_snapshot_of_another_run_is_refused_not_resumed(tmp_path, bbbp_subset)
 
 @pytest.mark.timeout(400)
 def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "--max-restarts=1", str(DDP), str(bbbp_subset), "--output-dir", str(out), *_flags(6)]
-    agent = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # the usage line's form (a fixed port, no --output-dir): the restart must find the job's own version_N
+    out = tmp_path / "runs" / "ddp" / "version_0"
+    command = [sys.executable, "-m", "torch.distributed.run", f"--master-port={_free_port()}", "--nproc-per-node=2",
+               "--max-restarts=1", str(DDP), str(bbbp_subset), *_flags(6)]
+    agent = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
     snapshot = out / "checkpoints" / "last.pt"
     deadline = time.time() + 200
@@ -75,6 +83,7 @@ def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
     assert "resumed from the snapshot after epoch" in log
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["epochs_completed"] == 6 and [h["epoch"] for h in metrics["history"]] == [1, 2, 3, 4, 5, 6]
+    assert [p.name for p in out.parent.iterdir()] == ["version_0"]
 
 
 @pytest.mark.timeout(120)

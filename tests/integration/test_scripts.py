@@ -1,10 +1,18 @@
 """The two training scripts and the example, run for real: torchrun, processes, files."""
+import fcntl
 import json
+import os
+import pty
 import re
+import struct
+import subprocess
+import sys
+import termios
 
 import pandas as pd
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 from helpers import DDP, EXAMPLE, FAST_FLAGS, ROOT, SINGLE, error_lines, final_lines, our_traceback, run_script
 
@@ -23,27 +31,82 @@ def _scalars(output):
     return events
 
 
+def _hparams(output):
+    """The flags TensorBoard's HParams tab shows for the run in `output`."""
+    events = _scalars(output)
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    return plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+
+
 @pytest.mark.timeout(300)
 def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
-    out = tmp_path / "run"
-    result = run_script([DDP, bbbp_subset, "--output-dir", out, *FAST_FLAGS], nproc=2)
-    assert result.returncode == 0, result.stderr[-3000:]
-    finals = final_lines(result.stdout)
-    assert len(finals) == 1 and result.stdout.strip().splitlines()[-1] == finals[0]
+    # as users run it: no --output-dir (a new runs/ddp/version_N), output into a file, not a terminal
+    with open(tmp_path / "train.log", "w") as log:
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                               str(DDP), str(bbbp_subset), *FAST_FLAGS[:-1], "--test-every-epoch"], cwd=tmp_path,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=240)
+    text = (tmp_path / "train.log").read_text()
+    assert done.returncode == 0, text[-3000:]
+    assert "\r" not in text  # the progress bar is for terminals only
+    assert [line.split()[2] for line in text.splitlines() if line.startswith("[rank0] epoch ")] == ["1/2", "2/2"]
+    finals = final_lines(text)
+    assert len(finals) == 1
+    out = tmp_path / "runs" / "ddp" / "version_0"
     metrics = json.loads((out / "metrics.json").read_text())
     assert METRIC_FIELDS <= metrics.keys() and metrics["task"] == "classification"
     assert metrics["world_size"] == 2 and metrics["global_batch_size"] == 32
     assert metrics["per_rank_batch_size"] == 16 and metrics["epochs_completed"] == 2
     assert f"{metrics['test_roc_auc']:.4f}" == finals[0].split(": ")[1]
-    # One writer: rank 0's scalars file, and the hparams run it added.
-    events = _event_files(out)
-    assert len(events) == 2 and sum(e.startswith("hparams/") for e in events) == 1, events
     assert {"best_model.pt", "tokenizer.json", "hparams.json", "task.json", "roc_curve.png",
             "training_curves.png"} <= {p.name for p in out.iterdir()}
+    # One writer, one run: curves and hparams in rank 0's one event file
+    assert _event_files(out) == [p.name for p in out.glob("events.out.tfevents.*")] and len(_event_files(out)) == 1
     events = _scalars(out)
     for tag in ("Loss/train", "Loss/dev", "Loss/test", "ROC_AUC/dev", "ROC_AUC/test", "LR"):
         assert [e.step for e in events.Scalars(tag)] == [1, 2], tag
+    steps = len(events.Scalars("Loss/train_step"))
+    assert steps % 2 == 0 and steps // 2 >= 216 // 32, steps  # every step of both epochs (216 training molecules)
+    assert [e.step for e in events.Scalars("Loss/train_step")] == list(range(1, steps + 1))
     assert "ROC/test" in events.Tags()["images"]
+    hparams = _hparams(out)
+    for flag in ("max_epochs", "patience", "sampler", "amp", "accumulate", "dataset", "label_column", "lr", "seed"):
+        assert flag in hparams, flag
+    assert hparams["label_column"].string_value == "p_np" and hparams["max_epochs"].number_value == 2
+    final = {tag: events.Scalars(tag)[-1].value for tag in ("hparam/test_roc_auc", "hparam/best_dev_roc_auc")}
+    assert final["hparam/test_roc_auc"] == pytest.approx(metrics["test_roc_auc"])
+
+    # a second run: its own folder; and without --test-every-epoch the test split is scored once, at the end
+    again = run_script([DDP, bbbp_subset, *FAST_FLAGS], nproc=2, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = tmp_path / "runs" / "ddp" / "version_1"
+    tags = _scalars(second).Tags()["scalars"]
+    assert "ROC_AUC/dev" in tags and "ROC_AUC/test" not in tags and "Loss/test" not in tags
+    assert "ROC_AUC/test_at_best_epoch" in tags
+    assert len(_event_files(out)) == 1  # the first run's folder untouched
+
+
+@pytest.mark.timeout(120)
+def test_the_progress_bar_is_drawn_on_a_terminal(bbbp_subset, tmp_path):
+    """The other side of 'no bar in files': on a terminal it is there."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
+    process = subprocess.Popen([sys.executable, str(SINGLE), bbbp_subset, "--output-dir", str(tmp_path / "run"),
+                                *FAST_FLAGS[:-1]], stdout=subprocess.PIPE, stderr=follower, cwd=ROOT)
+    os.close(follower)
+    chunks = []
+    while True:  # read while it runs: a full terminal buffer would block the writer
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    stdout, _ = process.communicate(timeout=100)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert process.returncode == 0, terminal[-2000:]
+    assert "mol/s]\r" in terminal or "mol/s]\x1b" in terminal, terminal[-2000:]  # redrawn in place
+    assert "\r" not in stdout.decode()
 
 
 @pytest.mark.timeout(300)

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from partorch.checkpoint import (CheckpointError, TrainingState, atomic_torch_save, capture_rng, load_model_dir,
-                                 load_state, restore_snapshot, save_model_dir, save_snapshot)
+                                 load_state, new_version_dir, restore_snapshot, save_model_dir, save_snapshot)
+from partorch.distributed import torchrun_job_key
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
@@ -63,3 +64,29 @@ def test_a_snapshot_resumes_only_the_run_that_wrote_it(tmp_path):
                                               r"hparams.seed: snapshot 1, this run 2\)"):
         restore_snapshot(snapshot, model=fresh, optimizer=fresh_optimizer, scaler=fresh_scaler, identity=other,
                          rank=0)
+
+
+def test_each_run_gets_a_new_version_folder_and_a_restarted_job_its_own(tmp_path, monkeypatch):
+    base = tmp_path / "runs" / "ddp"
+    assert new_version_dir(base) == base / "version_0"
+    assert new_version_dir(base) == base / "version_1"  # no job key (plain python): always a new folder
+    (base / "version_7").mkdir()
+    (base / "version_x").mkdir()  # not ours: ignored
+    job = new_version_dir(base, "rdzv:abc")
+    assert job == base / "version_8"
+    assert new_version_dir(base, "rdzv:abc") == job  # torchrun restarted the job: the same folder
+    assert new_version_dir(base, "rdzv:other") == base / "version_9"
+
+
+def test_the_job_key_is_shared_by_a_jobs_restarts(monkeypatch):
+    for name in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert torchrun_job_key() is None  # not under torchrun
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")
+    assert torchrun_job_key() == "rdzv:job-7"  # --rdzv-id, or --standalone's own id: the same on every node
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # a fixed --master-port: this host's agent
+    monkeypatch.setenv("MASTER_PORT", "31133")
+    first = torchrun_job_key()
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert torchrun_job_key() == first and first.endswith(":31133")
