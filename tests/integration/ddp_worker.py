@@ -51,9 +51,9 @@ def uneven_training(opts):
     for epoch in (1, 2):
         loader.batch_sampler.set_epoch(epoch)
         steps.append(len(loader))
-        loss, samples = ddp_script.train_one_epoch(ddp_model, optimizer, torch.amp.GradScaler(enabled=False), loader,
-                                                   BinaryClassification(["y"]), flags, False)
-    return {"steps": steps, "samples": samples, "loss": loss}
+        loss, samples, step_losses = ddp_script.train_one_epoch(
+            ddp_model, optimizer, torch.amp.GradScaler(enabled=False), loader, BinaryClassification(["y"]), flags, False)
+    return {"steps": steps, "samples": samples, "loss": loss, "step_losses": step_losses}
 
 
 def start_up_digest(opts):

@@ -14,7 +14,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from helpers import DDP, EXAMPLE, FAST_FLAGS, ROOT, SINGLE, error_lines, final_lines, our_traceback, run_script
+from helpers import (DDP, EXAMPLE, FAST_FLAGS, ROOT, SINGLE, error_lines, final_lines, our_traceback, run_script,
+                     with_flag)
 
 METRIC_FIELDS = {"test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed", "world_size",
                  "global_batch_size", "train_samples_per_second", "wall_seconds", "task", "label_columns",
@@ -203,3 +204,18 @@ def test_the_tutorial_cites_the_ddp_steps_as_the_script_numbers_them():
     assert cited == set(range(1, 10))
     for number in cited:
         assert f"# DDP {number}" in script, number
+
+
+@pytest.mark.timeout(300)
+def test_data_warnings_are_printed_once_not_once_per_rank(bbbp_subset, tmp_path):
+    table = pd.read_csv(bbbp_subset)
+    table.loc[5, "p_np"] = None  # a row without a label: dropped with a warning
+    table.loc[len(table)] = {**table.loc[0].to_dict(), "p_np": 1 - table.loc[0, "p_np"]}  # same SMILES, other label
+    path = tmp_path / "gaps.csv"
+    table.to_csv(path, index=False)
+    result = run_script([DDP, path, "--output-dir", tmp_path / "run", *with_flag(FAST_FLAGS, "--epochs", 1)], nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 2, warnings
+    assert all(line.startswith("[rank0] warning: ") for line in warnings)
+    assert any("have no 'p_np' label" in w for w in warnings) and any("different labels" in w for w in warnings)
