@@ -234,10 +234,10 @@ def score_epoch(args, model, loaders, task, writer, figures, step_losses):
     """The epoch's figures on every rank: `figures` (epoch, training) with dev's scores (and test's) added."""
     row = None
     if writer is not None or args.distributed_eval:
-        row = dict(figures)
-        # test only on request, for the curves: dev alone picks the best epoch
-        for split, loader in list(zip(("dev", "test"), loaders))[:2 if args.test_every_epoch else 1]:
-            row.update(task.figures(split, evaluate(model, loader, task, args)[0]))
+        dev_loader, test_loader = loaders
+        row = {**figures, **task.figures("dev", evaluate(model, dev_loader, task, args)[0])}
+        if args.test_every_epoch:  # for the curves only: dev alone picks the best epoch
+            row.update(task.figures("test", evaluate(model, test_loader, task, args)[0]))
     if writer is not None:
         record_epoch(writer, row, task, args.epochs, step_losses)
     return row
