@@ -30,8 +30,7 @@ from tqdm import tqdm
 
 from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
                                  restore_snapshot, save_snapshot)
-from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, restarted_by_torchrun  # DDP
-from partorch.distributed import torchrun_job_key  # DDP
+from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, torchrun_job_key  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.errors import raise_if_failed, run_or_report  # DDP 7
@@ -201,10 +200,9 @@ def prepare_output_dir(args, rank):
     """The output folder and this rank's log file in it, before any training."""
     if args.output_dir is None:
         # DDP: rank 0 picks DEFAULT_OUTPUT_DIR/version_N (its own again after a torchrun restart) for all
-        chosen = [run_or_report(lambda: new_version_dir(DEFAULT_OUTPUT_DIR, torchrun_job_key())) if rank == 0
-                  else None]
-        dist.broadcast_object_list(chosen, src=0)
-        args.output_dir = str(raise_if_failed(chosen[0]))
+        pick = [run_or_report(lambda: new_version_dir(DEFAULT_OUTPUT_DIR, torchrun_job_key())) if rank == 0 else None]
+        dist.broadcast_object_list(pick, src=0)
+        args.output_dir = str(raise_if_failed(pick[0]))
     output = Path(args.output_dir)
     # DDP: rank 0 creates the folder, local rank 0 of each node its logs/; all learn if that failed
     check_on_all_ranks(lambda: ensure_writable_dir(output) if rank == 0 else None)
@@ -218,10 +216,15 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     """The training state to start from: a snapshot of this run, or a fresh one (None)."""
     if args.resume and not path.exists():
         raise PartorchError(f"--resume: there is no snapshot at {path}")
-    if not ((args.resume or restarted_by_torchrun()) and path.exists()):  # DDP: torchrun restarted us
+    if not path.exists():
         return None
-    state = restore_snapshot(load_state(path), model=model, optimizer=optimizer, scaler=scaler, identity=identity,
-                             rank=rank)
+    snapshot = load_state(path)
+    # DDP: a job that torchrun restarted (a worker died, a node left) resumes its own snapshot on every node
+    restarted = torchrun_job_key() is not None and snapshot["state"].get("job") == torchrun_job_key()
+    if not (args.resume or restarted):  # a new run never continues, or overwrites, an earlier one
+        raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
+                            "--resume, or choose another --output-dir")
+    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank)
     log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
              state.best_score, state.best_epoch)
     return state
@@ -280,6 +283,7 @@ def train(args, started):
     snapshot_path = output / "checkpoints" / "last.pt"
     state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
     state = state or TrainingState(best_score=task.worst_score)
+    state.job = torchrun_job_key()  # DDP: the snapshot names the job writing it, which its restarts resume
     # DDP: all ranks start from the same epoch (a node whose output folder lacks the snapshot would not)
     assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
 

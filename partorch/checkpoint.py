@@ -144,6 +144,7 @@ class TrainingState:
     best_score: float = -math.inf
     best_state: dict = field(default_factory=dict)  # copies of the best epoch's weights
     history: list = field(default_factory=list)  # one dict of figures per epoch
+    job: str = None  # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
 
 
 def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity):

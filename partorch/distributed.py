@@ -8,7 +8,8 @@ read at once and hides none of those steps.
 import hashlib
 import json
 import os
-import socket
+import time
+import uuid
 
 import numpy as np
 import torch
@@ -42,41 +43,67 @@ def rank_seed(seed, rank):
 def rendezvous(timeout):
     """Extra `init_process_group` arguments for how this process was started.
 
-    torchrun's first attempt: none (the env:// defaults read RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Plain `python`: a group of one in
-    memory. After a torchrun restart: torchrun's store outlives the restart,
-    and with it the dead workers' addresses, so a new gloo group would dial
-    them ("Connection refused"); a key prefix per restart keeps each
-    attempt's keys apart.
+    Plain `python`: a group of one in memory. Under torchrun the workers
+    meet in the store its agents keep for the whole job, which outlives a
+    restart, and with it the dead workers' keys and addresses: a new gloo
+    group could dial them ("Connection refused"). So each attempt gets a key
+    prefix of its own, agreed by all ranks (see `_agree_on_attempt`), and the
+    job a name that its restarts share (`torchrun_job_key`). Without
+    torchrun's agent store (a launcher of your own): the env:// defaults.
     """
+    global _job
     if "WORLD_SIZE" not in os.environ:
         return dict(store=dist.HashStore(), rank=0, world_size=1)
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if restart == 0:
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
-    rank = int(os.environ["RANK"])
-    use_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", 29500)),
-                          is_master=not use_agent_store and rank == 0, timeout=timeout)
-    return dict(store=dist.PrefixStore(f"partorch/restart{restart}", store), rank=rank,
-                world_size=int(os.environ["WORLD_SIZE"]))
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    # --rdzv-id (or the one --standalone draws) names the job on every node; a fixed --master-port
+    # has none, so the first worker to ask leaves a name in the store, which lives as long as the job
+    _job = f"rdzv:{run_id}" if run_id != "none" else \
+        "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
+    attempt = _agree_on_attempt(store, rank, world_size, timeout)
+    return dict(store=dist.PrefixStore(f"partorch/attempt{attempt}", store), rank=rank, world_size=world_size)
 
 
-def restarted_by_torchrun():
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+_job = None  # set by rendezvous() under torchrun
 
 
 def torchrun_job_key():
-    """What stays the same for one torchrun job across its restarts, or None
-    outside torchrun: the rendezvous id every node shares (`--rdzv-id`, or
-    the one `--standalone` draws), else this host's agent and its port.
-    Read on rank 0, which names the job's output folder."""
-    if "TORCHELASTIC_RESTART_COUNT" not in os.environ:
-        return None
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    if run_id != "none":
-        return f"rdzv:{run_id}"
-    return f"agent:{socket.gethostname()}:{os.getppid()}:{os.environ.get('MASTER_PORT')}"
+    """A name of this torchrun job, the same on every node and after every
+    restart; None outside torchrun. Snapshots and run folders carry it, so
+    a restarted job finds and resumes its own, and a new job never does."""
+    return _job
+
+
+def _agree_on_attempt(store, rank, world_size, timeout):
+    """A number for this attempt that every rank agrees on and no earlier
+    attempt used. Rank 0 draws it from a counter in the store. The others
+    cannot trust what they read there (keys of a dead attempt stay behind,
+    and TORCHELASTIC_RESTART_COUNT differs between nodes: it counts only the
+    restarts a node's own workers caused), so each answers with a fresh
+    random nonce, and rank 0 echoes the nonces it received under the number:
+    a rank that finds its own nonce there knows the number is this attempt's."""
+    if rank == 0:
+        attempt = store.add("partorch/attempts", 1)
+        store.set("partorch/current", str(attempt))
+        acks = [f"partorch/ack/{attempt}/{r}" for r in range(1, world_size)]
+        store.wait(acks)  # bounded by the store's timeout: a peer that never comes fails the job
+        store.set(f"partorch/go/{attempt}", json.dumps([store.get(key).decode() for key in acks]))
+        return attempt
+    nonce, deadline = uuid.uuid4().hex, time.monotonic() + timeout.total_seconds()
+    while time.monotonic() < deadline:
+        attempt = int(store.get("partorch/current"))  # this attempt's, or a dead one's until rank 0 writes
+        store.set(f"partorch/ack/{attempt}/{rank}", nonce)
+        for _ in range(20):
+            if store.check([f"partorch/go/{attempt}"]):
+                if nonce in json.loads(store.get(f"partorch/go/{attempt}")):
+                    return attempt
+                break  # a dead attempt's answer: read the number again
+            time.sleep(0.05)
+    raise DistributedError(f"rank 0 did not answer within --dist-timeout ({timeout.total_seconds():.0f} s)")
 
 
 def digest(obj):

@@ -46,6 +46,9 @@ def get_ddp_dataloader(*, rank, world_size, batch_size, dataset=None, shuffle=Fa
                                                 shuffle=shuffle, seed=seed)
     else:
         raise DataError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+    # Its own generator: every pass over a loader draws a seed for its workers, and drawn from torch's
+    # global stream it would shift the dropout masks whenever dev or test is scored (--test-every-epoch
+    # would change the trained model)
     return DataLoader(dataset, batch_sampler=batches, collate_fn=getattr(dataset, "collate", collate_tensors),
                       num_workers=num_workers, persistent_workers=num_workers > 0,
-                      pin_memory=torch.cuda.is_available())
+                      pin_memory=torch.cuda.is_available(), generator=torch.Generator().manual_seed(seed))

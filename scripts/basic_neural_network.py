@@ -163,10 +163,13 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     """The training state to start from: a snapshot of this run, or a fresh one (None)."""
     if args.resume and not path.exists():
         raise PartorchError(f"--resume: there is no snapshot at {path}")
-    if not args.resume:
+    if not path.exists():
         return None
-    state = restore_snapshot(load_state(path), model=model, optimizer=optimizer, scaler=scaler, identity=identity,
-                             rank=rank)
+    snapshot = load_state(path)
+    if not args.resume:  # a new run never continues, or overwrites, an earlier one
+        raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
+                            "--resume, or choose another --output-dir")
+    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank)
     log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
              state.best_score, state.best_epoch)
     return state

@@ -69,6 +69,8 @@ def error_lines(stderr):
 
 
 def our_traceback(stderr):
-    """Traceback frames from our code (torchrun's own failure report is allowed)."""
-    return [line for line in stderr.splitlines()
-            if line.strip().startswith("File ") and ("partorch/" in line or "scripts/" in line)]
+    """Traceback frames from our code, with or without torchrun's `[rankN]:`
+    prefix (torchrun's own failure report is allowed; the checkout's folder
+    may itself be called partorch, and hold the virtual environment)."""
+    ours = tuple(f'File "{ROOT / folder}/' for folder in ("partorch", "scripts", "examples"))
+    return [line for line in stderr.splitlines() if any(frame in line for frame in ours)]

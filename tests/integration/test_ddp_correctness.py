@@ -106,6 +106,9 @@ def test_rank0_and_distributed_evaluation_give_the_same_scores(tmp_path, bbbp_su
         assert runs[name]["test_roc_auc"] == pytest.approx(runs["one"]["test_roc_auc"], abs=1e-6)
     dev = {name: [h["dev_roc_auc"] for h in run["history"]] for name, run in runs.items()}
     assert dev["rank0"] == dev["shared"]
+    # torch's DistributedSampler pads shards with repeats: fine for training, never for scoring
+    padded = _train(DDP, bbbp_subset, tmp_path / "random", 4, "--distributed-eval", "--sampler", "random")
+    assert padded["test_metrics"]["molecules"] == test_size
 
 
 @pytest.mark.timeout(120)

@@ -60,6 +60,19 @@ def test_a_snapshot_of_another_run_is_refused_not_resumed(tmp_path, bbbp_subset)
     assert json.loads((out / "metrics.json").read_text())["seed"] == 1  # the first run's results are untouched
 
 
+@pytest.mark.timeout(300)
+def test_a_new_run_in_a_folder_holding_an_earlier_one_is_refused_not_mixed(tmp_path, bbbp_subset):
+    out = tmp_path / "run"
+    assert run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(1)], nproc=2).returncode == 0
+    before = (out / "metrics.json").read_bytes(), (out / "checkpoints" / "last.pt").read_bytes()
+    for script, nproc in ((DDP, 2), (SINGLE, None)):  # the same flags, but a new job: neither continues the old
+        again = run_script([script, bbbp_subset, "--output-dir", out, *_flags(2)], nproc=nproc)
+        assert again.returncode != 0
+        errors = error_lines(again.stderr)
+        assert len(errors) == (nproc or 1) and "holds an earlier run" in errors[0] and "--resume" in errors[0]
+        assert ((out / "metrics.json").read_bytes(), (out / "checkpoints" / "last.pt").read_bytes()) == before
+
+
 @pytest.mark.timeout(400)
 def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
     # the usage line's form (a fixed port, no --output-dir): the restart must find the job's own version_N

@@ -4,7 +4,6 @@ import torch
 
 from partorch.checkpoint import (CheckpointError, TrainingState, atomic_torch_save, capture_rng, load_model_dir,
                                  load_state, new_version_dir, restore_snapshot, save_model_dir, save_snapshot)
-from partorch.distributed import torchrun_job_key
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
@@ -78,15 +77,38 @@ def test_each_run_gets_a_new_version_folder_and_a_restarted_job_its_own(tmp_path
     assert new_version_dir(base, "rdzv:other") == base / "version_9"
 
 
-def test_the_job_key_is_shared_by_a_jobs_restarts(monkeypatch):
-    for name in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID"):
-        monkeypatch.delenv(name, raising=False)
-    assert torchrun_job_key() is None  # not under torchrun
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")
-    assert torchrun_job_key() == "rdzv:job-7"  # --rdzv-id, or --standalone's own id: the same on every node
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # a fixed --master-port: this host's agent
-    monkeypatch.setenv("MASTER_PORT", "31133")
-    first = torchrun_job_key()
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    assert torchrun_job_key() == first and first.endswith(":31133")
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors(value)
+
+
+@pytest.mark.filterwarnings("ignore:.*to a meta parameter")  # meta weights cannot hold the values; that is fine
+def test_a_snapshot_loads_to_the_cpu_and_resumes_a_model_on_another_device(tmp_path):
+    """'meta' stands in for a GPU: the snapshot's random states stay on the CPU
+    (torch and numpy need them there), the model and optimiser take their device's."""
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    scaler = torch.amp.GradScaler(enabled=False)
+    path = tmp_path / "last.pt"
+    save_snapshot(path, model=model, optimizer=optimizer, scaler=scaler, state=TrainingState(epoch=4),
+                  rng_states=[capture_rng()], identity={"seed": 1})
+    snapshot = load_state(path)
+    assert {t.device.type for t in _tensors(snapshot)} == {"cpu"}
+    on_device = torch.nn.Linear(3, 2).to("meta")
+    device_optimizer = torch.optim.AdamW(on_device.parameters())
+    torch.manual_seed(12345)
+    state = restore_snapshot(snapshot, model=on_device, optimizer=device_optimizer, scaler=scaler,
+                             identity={"seed": 1}, rank=0)
+    assert state.epoch == 4
+    assert torch.equal(torch.get_rng_state(), snapshot["rng"][0]["torch"])  # restored, not the 12345 stream
+    moments = device_optimizer.state[on_device.weight]["exp_avg"]
+    assert moments.device.type == "meta" and moments.shape == (2, 3)

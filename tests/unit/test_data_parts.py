@@ -158,3 +158,13 @@ def test_a_ready_dataset_without_lengths_is_batched_and_sharded():
     assert batches[0][0].targets.shape == (2, 1)
     with pytest.raises(TypeError, match="not both"):
         get_dataloader(dataset=dataset, batch_size=6, smiles_list=["C"])
+
+
+def test_a_pass_over_a_loader_leaves_torchs_random_stream_alone():
+    """Scoring dev or test must not shift the training's dropout masks."""
+    dataset = FeatureDataset(torch.randn(10, 3), torch.ones(10, 1))
+    loader = get_dataloader(dataset=dataset, batch_size=4)
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    assert sum(len(batch) for batch in loader) == 10
+    assert torch.equal(torch.get_rng_state(), before)

@@ -1,0 +1,65 @@
+"""The attempt number every rank of a torchrun job agrees on, whatever a dead
+attempt left in the store, and the job name its restarts share."""
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+import time
+
+import torch.distributed as dist
+
+from partorch.distributed import _agree_on_attempt
+
+TIMEOUT = timedelta(seconds=20)
+
+
+def _server():
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=TIMEOUT, wait_for_workers=False)
+
+
+def _client(server):
+    return dist.TCPStore("127.0.0.1", server.port, is_master=False, timeout=TIMEOUT)
+
+
+def _attempt(server, world_size, delays):
+    """Every rank's number, each rank starting after its delay (seconds)."""
+    def rank(r):
+        time.sleep(delays[r])
+        return _agree_on_attempt(_client(server), r, world_size, TIMEOUT)
+    with ThreadPoolExecutor(world_size) as pool:
+        return list(pool.map(rank, range(world_size)))
+
+
+def test_every_rank_agrees_and_each_attempt_gets_a_new_number():
+    server = _server()
+    assert _attempt(server, 3, [0, 0, 0]) == [1, 1, 1]
+    assert _attempt(server, 3, [0.3, 0, 0.1]) == [2, 2, 2]  # rank 1 reads the dead attempt's number first
+
+
+def test_keys_a_dead_attempt_left_behind_cannot_fool_a_rank():
+    server = _server()
+    assert _attempt(server, 2, [0, 0]) == [1, 1]
+    # an attempt whose rank 0 drew a number and died before anyone answered: a stale 'current', no 'go'
+    stale = _client(server)
+    stale.add("partorch/attempts", 1)
+    stale.set("partorch/current", "2")
+    # the next attempt: rank 1 starts first and sees number 2, then attempt 1's finished handshake
+    assert _attempt(server, 2, [0.5, 0]) == [3, 3]
+    # the number of a different world size (a node gone) is agreed as well
+    assert _attempt(server, 1, [0]) == [4]
+
+
+def test_a_restart_keeps_the_jobs_name_and_gets_a_new_attempt(monkeypatch):
+    from partorch import distributed
+    monkeypatch.setattr(distributed, "_job", None)  # restored after the test
+    server = _server()
+    for name, value in dict(WORLD_SIZE="1", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port),
+                            TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="none").items():
+        monkeypatch.setenv(name, value)
+    first = distributed.rendezvous(TIMEOUT)
+    job = distributed.torchrun_job_key()
+    second = distributed.rendezvous(TIMEOUT)  # torchrun restarted the worker: same store, new process
+    assert job.startswith("store:") and distributed.torchrun_job_key() == job
+    first["store"].set("k", "1")
+    assert not second["store"].check(["k"])  # each attempt its own keys
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")  # --rdzv-id, or --standalone's own: every node knows it
+    distributed.rendezvous(TIMEOUT)
+    assert distributed.torchrun_job_key() == "rdzv:job-7"
