@@ -189,7 +189,7 @@ def _mismatch(name, source, found):
     fail(message)
 
 
-def place(name, source, is_url, destination):
+def place(name, source, is_url, destination, force=False):
     """Fetch, verify and place; returns (what was done, the variant placed)."""
     explicit = source is not None
     if not explicit:
@@ -213,6 +213,9 @@ def place(name, source, is_url, destination):
         label_columns(placed, variant)  # the columns the hint will name are there
         if destination.is_file() and filecmp.cmp(placed, destination, shallow=False):
             return f"{shown(destination)} is already in place, identical to {source} ({verified})", variant
+        if destination.is_file() and existing is None and not force:  # perhaps edited by hand: never lost silently
+            fail(f"{shown(destination)} exists and is not a known copy of {name}; move it away, or pass --force "
+                 "to replace it; nothing placed")
         with open(placed, "rb+") as f:
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(placed, destination)
@@ -235,6 +238,8 @@ def build_parser():
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--from", dest="path", metavar="PATH", help="copy this local file instead of downloading")
     source.add_argument("--url", help=f"download from this URL instead of the mirror ({MIRROR})")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a NAME.csv already there whose checksum this script does not know")
     parser.add_argument("--dest-dir", type=Path, default=HERE,
                         help="where to place NAME.csv (default: this folder)")
     return parser
@@ -251,7 +256,7 @@ def main():
     except OSError as exc:
         fail(f"cannot create {args.dest_dir}: {_reason(exc)}")
     try:
-        done, variant = place(name, source, args.url is not None, args.dest_dir / f"{name}.csv")
+        done, variant = place(name, source, args.url is not None, args.dest_dir / f"{name}.csv", args.force)
     except OSError as exc:  # the folder is not writable, the name is taken by a folder, the disk is full
         fail(f"cannot place {name}.csv in {args.dest_dir}: {_reason(exc)}; nothing placed")
     print(done)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
                                  restore_snapshot, save_snapshot)
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, torchrun_job_key  # DDP
+from partorch.distributed import is_restart_of  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.errors import raise_if_failed, run_or_report  # DDP 7
@@ -100,7 +101,7 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process
     per_rank_batch = args.batch_size // world_size
     step_losses, step_molecules = [], []  # losses stay on the device: no host sync per step
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
-    bar = tqdm(total=len(loader.dataset), disable=None if master_process and not args.quiet else True, leave=False,
+    bar = tqdm(total=len(loader.dataset), disable=True if args.quiet or not master_process else None, leave=False,
                unit="mol")
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
@@ -148,7 +149,7 @@ def record_epoch(writer, row, task, epochs, step_losses):
     for i, loss in enumerate(step_losses, start=(step - 1) * len(step_losses) + 1):
         writer.add_scalar("Loss/train_step", loss, i)
     writer.add_scalar("Loss/train", row["train_loss"], step)
-    for split in [split for split in ("dev", "test") if f"{split}_loss" in row]:
+    for split in [name for name in ("dev", "test") if f"{name}_loss" in row]:  # test: --test-every-epoch
         writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
         writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
         for column, value in row.get(f"{split}_per_task", {}).items():
@@ -220,8 +221,7 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
         return None
     snapshot = load_state(path)
     # DDP: a job that torchrun restarted (a worker died, a node left) resumes its own snapshot on every node
-    restarted = torchrun_job_key() is not None and snapshot["state"].get("job") == torchrun_job_key()
-    if not (args.resume or restarted):  # a new run never continues, or overwrites, an earlier one
+    if not (args.resume or is_restart_of(snapshot.get("state", {}).get("job"))):  # never mix two runs
         raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
                             "--resume, or choose another --output-dir")
     state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank)

@@ -59,14 +59,15 @@ def new_version_dir(base, job_key=None):
     """`base/version_N` for a new run, N one above the highest there (as
     Lightning's loggers do), so runs never stack their events in one folder.
     The folder notes `job_key` (see `distributed.torchrun_job_key`), so a
-    torchrun restart of the same job finds its own folder again and resumes."""
+    torchrun restart of the same job finds its own folder again and resumes
+    (an unfinished one: a new job that reuses an --rdzv-id starts anew)."""
     base = Path(base)
     try:
         base.mkdir(parents=True, exist_ok=True)
         versions = {int(p.name[8:]): p for p in base.glob("version_*") if p.name[8:].isdigit()}
         for number in sorted(versions) if job_key else []:
-            marker = versions[number] / JOB_FILE
-            if marker.exists() and json.loads(marker.read_text()) == job_key:
+            marker, finished = versions[number] / JOB_FILE, versions[number] / "metrics.json"
+            if marker.exists() and json.loads(marker.read_text()) == job_key and not finished.exists():
                 return versions[number]
         number = max(versions, default=-1)
         while True:

@@ -54,16 +54,16 @@ def rendezvous(timeout):
     global _job
     if "WORLD_SIZE" not in os.environ:
         return dict(store=dist.HashStore(), rank=0, world_size=1)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    # --rdzv-id (or the one --standalone draws) names the job on every node
+    _job = f"rdzv:{run_id}" if run_id != "none" else None
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return {}
+        return {}  # torch's env:// then starts a new store for every attempt: no stale keys
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=timeout)
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    # --rdzv-id (or the one --standalone draws) names the job on every node; a fixed --master-port
-    # has none, so the first worker to ask leaves a name in the store, which lives as long as the job
-    _job = f"rdzv:{run_id}" if run_id != "none" else \
-        "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
+    if _job is None:  # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
+        _job = "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
     attempt = _agree_on_attempt(store, rank, world_size, timeout)
     return dict(store=dist.PrefixStore(f"partorch/attempt{attempt}", store), rank=rank, world_size=world_size)
 
@@ -74,8 +74,18 @@ _job = None  # set by rendezvous() under torchrun
 def torchrun_job_key():
     """A name of this torchrun job, the same on every node and after every
     restart; None outside torchrun. Snapshots and run folders carry it, so
-    a restarted job finds and resumes its own, and a new job never does."""
+    a restarted job finds and resumes its own, and a new job never does
+    (reuse an --rdzv-id and it is the same job to torchrun and to us)."""
     return _job
+
+
+def is_restart_of(job):
+    """Whether this process is torchrun's restart of the job that wrote a
+    snapshot naming `job`. A job torchrun gives no name (no --rdzv-id and no
+    store shared across attempts) falls back on this node's restart count."""
+    if _job is not None:
+        return job == _job
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
 
 
 def _agree_on_attempt(store, rank, world_size, timeout):
@@ -103,6 +113,7 @@ def _agree_on_attempt(store, rank, world_size, timeout):
                     return attempt
                 break  # a dead attempt's answer: read the number again
             time.sleep(0.05)
+        time.sleep(0.05)
     raise DistributedError(f"rank 0 did not answer within --dist-timeout ({timeout.total_seconds():.0f} s)")
 
 

@@ -193,3 +193,14 @@ def test_training_on_a_set_not_yet_placed_says_how_to_place_it(tmp_path):
     assert len(errors) == 1, result.stderr[-2000:]
     assert str(missing) in errors[0] and "no such file" in errors[0]
     assert "place_data.py" in errors[0]
+
+
+def test_a_file_edited_by_hand_is_not_replaced_without_force(tmp_path):
+    edited = tmp_path / "BBBP.csv"
+    edited.write_bytes(BBBP.read_bytes() + b"9999,mine,1,CCO\n")  # a row the user added
+    result = place("BBBP", "--from", BBBP, "--dest-dir", tmp_path)
+    assert_one_error(result, "not a known copy of BBBP", "--force")
+    assert edited.read_bytes().endswith(b"9999,mine,1,CCO\n")
+    forced = place("BBBP", "--from", BBBP, "--dest-dir", tmp_path, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert edited.read_bytes() == BBBP.read_bytes()

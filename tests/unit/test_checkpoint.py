@@ -75,6 +75,8 @@ def test_each_run_gets_a_new_version_folder_and_a_restarted_job_its_own(tmp_path
     assert job == base / "version_8"
     assert new_version_dir(base, "rdzv:abc") == job  # torchrun restarted the job: the same folder
     assert new_version_dir(base, "rdzv:other") == base / "version_9"
+    (job / "metrics.json").write_text("{}")  # that run finished: the same --rdzv-id again is a new job
+    assert new_version_dir(base, "rdzv:abc") == base / "version_10"
 
 
 

@@ -63,3 +63,14 @@ def test_a_restart_keeps_the_jobs_name_and_gets_a_new_attempt(monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")  # --rdzv-id, or --standalone's own: every node knows it
     distributed.rendezvous(TIMEOUT)
     assert distributed.torchrun_job_key() == "rdzv:job-7"
+
+
+def test_without_a_name_for_the_job_a_restart_is_told_by_this_nodes_count(monkeypatch):
+    from partorch import distributed
+    monkeypatch.setattr(distributed, "_job", None)  # e.g. TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, no --rdzv-id
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert not distributed.is_restart_of(None)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert distributed.is_restart_of(None)
+    monkeypatch.setattr(distributed, "_job", "rdzv:a")  # a named job: only its own snapshot
+    assert distributed.is_restart_of("rdzv:a") and not distributed.is_restart_of("rdzv:b")
