@@ -15,8 +15,7 @@ setup(
     packages=find_packages(include=["partorch", "partorch.*"]),
     license="MIT",
     license_files=["LICENSE"],
-    classifiers=["License :: OSI Approved :: MIT License", "Programming Language :: Python :: 3",
-                 "Topic :: Scientific/Engineering :: Chemistry"],
+    classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Chemistry"],
     python_requires=">=3.10",
     # torch: the oldest release this project has been run with (see the README)
     install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],

@@ -7,7 +7,9 @@ Start several at once: each loads the same study from the SQLite file, asks it
 for parameters, trains, and reports the dev score back. The workers never talk
 to each other; the database is all they share. Each trial is one real, short
 training run of scripts/basic_neural_network.py in a process of its own, with
-one CPU thread, in OUTPUT/trial_<number>.
+one CPU thread, in OUTPUT/trial_<number>. Remove OUTPUT along with the
+database to start a study afresh: the training script refuses to write a new
+run into a folder that holds an earlier one (trial numbers start at 0 again).
 """
 import argparse
 import json
