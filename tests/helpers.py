@@ -40,17 +40,13 @@ def synthetic_molecules(n, seed=0):
     return smiles, np.array(labels)
 
 
-def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT):
-    """Run a script for real: under torchrun when nproc is given."""
-    launcher = [sys.executable]
-    if nproc:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    # A session of its own: on a timeout the whole tree (torchrun, its
-    # workers, a benchmark's jobs) goes, not only the first process, so no
-    # orphan keeps loading the machine for the tests after it.
-    with subprocess.Popen(launcher + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, cwd=cwd, env=full_env, start_new_session=True) as process:
+def run_command(command, timeout=240, env=None, cwd=ROOT):
+    """Run a command for real, in a session of its own: on a timeout the
+    whole tree (torchrun, its workers, a benchmark's jobs) goes, not only
+    the first process, so no orphan keeps loading the machine for the tests
+    after it."""
+    with subprocess.Popen([str(a) for a in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd, env=env, start_new_session=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -58,6 +54,14 @@ def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT):
             process.communicate()
             raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT):
+    """Run a script for real: under torchrun when nproc is given."""
+    launcher = [sys.executable]
+    if nproc:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return run_command(launcher + list(args), timeout, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, cwd)
 
 
 def final_lines(stdout, metric="ROC AUC"):

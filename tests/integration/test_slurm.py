@@ -6,14 +6,13 @@ import json
 import os
 from pathlib import Path
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 
 import pytest
 
-from helpers import FAST_FLAGS, ROOT, final_lines
+from helpers import FAST_FLAGS, ROOT, final_lines, run_command
 
 GPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp.sbatch"
 CPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp_cpu.sbatch"
@@ -74,16 +73,7 @@ def fake_slurm(tmp_path):
 
 
 def _run(sbatch, args, env, timeout):
-    # A session of its own, so a timeout takes torchrun and its workers too.
-    with subprocess.Popen(["bash", str(sbatch), *map(str, args)], cwd=ROOT, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return run_command(["bash", sbatch, *args], timeout, env)
 
 
 def _printed(sbatch, env, args=("data/HIV.csv", "--label-column", "HIV_active")):
