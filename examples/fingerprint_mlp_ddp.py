@@ -69,7 +69,8 @@ def build_datasets(args, rank):
 
     return TrainingData(subset(splits.train), subset(splits.dev), subset(splits.test), task,
                         descriptions={"features": {"kind": "morgan", **FINGERPRINT}},
-                        digests={"split": digest(splits.as_lists()), "molecules": digest(table.smiles)},
+                        digests={"molecules": digest([table.smiles, table.labels.tolist()]),
+                                 "split": digest(splits.as_lists())},
                         warnings=table.warnings)
 
 
@@ -224,7 +225,8 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     if not (args.resume or is_restart_of(snapshot.get("state", {}).get("job"))):  # never mix two runs
         raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
                             "--resume, or choose another --output-dir")
-    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank)
+    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank,
+                             world_size=dist.get_world_size())  # DDP: each rank its own random state
     log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
              state.best_score, state.best_epoch)
     return state

@@ -9,6 +9,7 @@ holds everything needed to continue a run after a crash or a torchrun
 restart, again as tensors and plain types only.
 """
 from dataclasses import asdict, dataclass, field
+import glob
 import json
 import math
 import os
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from .errors import PartorchError
+from .logs import log
 
 MODEL_FILE = "best_model.pt"
 
@@ -29,11 +31,17 @@ class CheckpointError(PartorchError):
 
 
 def _atomic(path, write):
-    """Write to a temporary file beside `path`, fsync, then rename over it,
-    so a crash leaves either the old file or the new one, never half of one."""
+    """Write to a temporary file beside `path`, fsync, rename it over `path`
+    and fsync the folder, so a crash leaves either the old file or the new
+    one, never half of one, and the rename itself survives a power cut.
+    One writer per path (rank 0): temporaries that an earlier writer of the
+    same path left behind when it was killed are removed first."""
     path = Path(path)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the results from the user's group
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -42,6 +50,23 @@ def _atomic(path, write):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_folder(path.parent)
+
+
+def _umask():
+    mask = os.umask(0o022)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
+def _fsync_folder(folder):
+    if os.name != "posix":  # folders cannot be opened for fsync elsewhere
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_torch_save(obj, path):
@@ -158,8 +183,9 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
                            state=asdict(state), rng=rng_states, identity=identity), path)
 
 
-def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank):
-    """Load a snapshot of *this* run into model, optimiser and scaler; return its TrainingState."""
+def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, world_size=1):
+    """Load a snapshot of *this* run into model, optimiser and scaler, and
+    this rank's random state; return its TrainingState."""
     differences = _differences(snapshot.get("identity", {}), identity)
     if differences:
         raise CheckpointError("the snapshot belongs to another run (" + "; ".join(differences[:8])
@@ -170,9 +196,14 @@ def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank):
         scaler.load_state_dict(snapshot["scaler"])
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"the snapshot does not fit this model and these flags ({str(exc)[:200]})") from None
-    rng = snapshot["rng"]
-    restore_rng(rng[rank] if rank < len(rng) else rng[0])
-    return TrainingState(**snapshot["state"])
+    state = TrainingState(**snapshot["state"])
+    if len(snapshot["rng"]) == world_size:
+        restore_rng(snapshot["rng"][rank])
+    elif rank == 0:  # an elastic job that came back with more or fewer ranks: one rank's state cannot serve all
+        log.warning("warning: the snapshot was written by %d ranks and this job has %d: weights, optimiser, "
+                    "epoch and batches continue exactly, but each rank's dropout masks come from (seed, rank) "
+                    "afresh, so the run will not match an uninterrupted one", len(snapshot["rng"]), world_size)
+    return state
 
 
 def _differences(saved, current, prefix=""):

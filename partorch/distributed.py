@@ -152,7 +152,7 @@ def check_on_all_ranks(work):
 def assert_same_on_all_ranks(named_digests):
     """Stop every rank if any rank computed a different digest.
 
-    `named_digests` maps a name ("split", "vocabulary") to a digest. Ranks
+    `named_digests` maps a name ("molecules", "split") to a digest. Ranks
     that disagree would train on different data or embed tokens differently
     without any error, so this runs once at start-up.
     """
@@ -162,5 +162,5 @@ def assert_same_on_all_ranks(named_digests):
         if len(set(values)) > 1:
             groups = {v: [r for r, x in enumerate(values) if x == v] for v in values}
             detail = "; ".join(f"ranks {ranks}: {v[:12]}" for v, ranks in groups.items())
-            raise DistributedError(f"the {name} differs between ranks ({detail}); "
+            raise DistributedError(f"ranks disagree on the {name} ({detail}); "
                                    "do all ranks read the same file with the same flags?")

@@ -57,7 +57,8 @@ def build_datasets(args, rank):
 
     return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
                         subset(splits.test, args.tta > 0), task, descriptions={"tokenizer": tokenizer.to_dict()},
-                        digests={"split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
+                        digests={"molecules": digest([table.smiles, table.labels.tolist()]),
+                                 "split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
                         warnings=table.warnings)
 
 

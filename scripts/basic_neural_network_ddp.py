@@ -11,7 +11,7 @@ This is scripts/basic_neural_network.py plus DDP. The two are twins on purpose
 DDP step, marked `# DDP`. In order:
   1. init_process_group: join the group torchrun describes in RANK, LOCAL_RANK,
      WORLD_SIZE, MASTER_ADDR/MASTER_PORT (gloo on CPU; nccl, one GPU per local rank)
-  2. compare digests of the split and vocabulary every rank built on its own
+  2. compare digests of the molecules, split and vocabulary every rank built on its own
   3. a sharded loader: each rank takes its slice of every global batch;
      set_epoch every epoch
   4. wrap the model in DistributedDataParallel
@@ -81,7 +81,8 @@ def build_datasets(args, rank):
 
     return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
                         subset(splits.test, args.tta > 0), task, descriptions={"tokenizer": tokenizer.to_dict()},
-                        digests={"split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
+                        digests={"molecules": digest([table.smiles, table.labels.tolist()]),
+                                 "split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
                         warnings=table.warnings)
 
 
@@ -227,7 +228,8 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     if not (args.resume or is_restart_of(snapshot.get("state", {}).get("job"))):  # never mix two runs
         raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
                             "--resume, or choose another --output-dir")
-    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank)
+    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank,
+                             world_size=dist.get_world_size())  # DDP: each rank its own random state
     log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
              state.best_score, state.best_epoch)
     return state

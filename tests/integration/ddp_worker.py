@@ -59,7 +59,8 @@ def uneven_training(opts):
 def start_up_digest(opts):
     # Each rank reads its own copy of the data: the copies differ, as they
     # would if one node had a stale file.
-    args = build_parser("", "unused").parse_args([opts.csv.replace("RANK", str(dist.get_rank()))])
+    flags = opts.rank1_flags if dist.get_rank() == 1 else opts.flags
+    args = build_parser("", "unused").parse_args([opts.csv.replace("RANK", str(dist.get_rank())), *flags.split()])
     assert_same_on_all_ranks(ddp_script.build_datasets(args, dist.get_rank()).digests)
     return {"passed": True}
 
@@ -95,5 +96,7 @@ if __name__ == "__main__":
     parser.add_argument("--count", dest="n", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--csv", default="")
+    parser.add_argument("--flags", default="", help="the DDP script's flags (start_up_digest)")
+    parser.add_argument("--rank1-flags", default="", help="rank 1's flags instead (start_up_digest)")
     parser.add_argument("--timeout", type=int, default=60)
     run_main(main, parser)

@@ -112,16 +112,22 @@ def test_rank0_and_distributed_evaluation_give_the_same_scores(tmp_path, bbbp_su
 
 
 @pytest.mark.timeout(120)
-def test_ranks_with_different_data_stop_with_one_clear_error(tmp_path, bbbp_subset):
+@pytest.mark.parametrize("change, named", [("smiles", "molecules"), ("label", "molecules"),
+                                           ("tokenizer", "vocabulary")])
+def test_ranks_with_different_data_stop_with_one_clear_error(tmp_path, bbbp_subset, change, named):
     frame = pd.read_csv(bbbp_subset)
     frame.to_csv(tmp_path / "data0.csv", index=False)
-    frame.loc[0, "smiles"] = frame.loc[0, "smiles"] + "[Se]"  # a token only rank 1 sees
+    if change == "smiles":
+        frame.loc[0, "smiles"] = frame.loc[0, "smiles"] + "[Se]"  # a token only rank 1 sees
+    if change == "label":  # only a label: the split (random) and the vocabulary stay the same
+        frame.loc[3, "p_np"] = 1 - frame.loc[3, "p_np"]
     frame.to_csv(tmp_path / "data1.csv", index=False)
+    rank1_flags = "--split random" + (" --tokenizer bytes" if change == "tokenizer" else "")
     _, result = run_worker("start_up_digest", tmp_path / "out", 2, "--csv", tmp_path / "dataRANK.csv",
-                           expect_ok=False)
+                           "--flags", "--split random", "--rank1-flags", rank1_flags, expect_ok=False)
     assert result.returncode != 0
     errors = error_lines(result.stderr)
-    assert len(errors) == 2 and all("the vocabulary differs between ranks" in e for e in errors), result.stderr
+    assert len(errors) == 2 and all(f"ranks disagree on the {named} (" in e for e in errors), result.stderr
 
 
 @pytest.mark.timeout(300)

@@ -1,4 +1,7 @@
 """Atomic writes, the model folder through a factory, snapshots of one run only."""
+import os
+import stat
+
 import pytest
 import torch
 
@@ -114,3 +117,60 @@ def test_a_snapshot_loads_to_the_cpu_and_resumes_a_model_on_another_device(tmp_p
     assert torch.equal(torch.get_rng_state(), snapshot["rng"][0]["torch"])  # restored, not the 12345 stream
     moments = device_optimizer.state[on_device.weight]["exp_avg"]
     assert moments.device.type == "meta" and moments.shape == (2, 3)
+
+
+def test_the_fp16_loss_scale_survives_a_snapshot(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update(new_scale=512.0)  # as if overflowing steps had halved it seven times
+    save_snapshot(tmp_path / "last.pt", model=model, optimizer=optimizer, scaler=scaler, state=TrainingState(epoch=1),
+                  rng_states=[capture_rng()], identity={})
+    fresh = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    restore_snapshot(load_state(tmp_path / "last.pt"), model=torch.nn.Linear(2, 1),
+                     optimizer=torch.optim.AdamW(model.parameters()), scaler=fresh, identity={}, rank=0)
+    assert fresh.get_scale() == 512.0
+
+
+def test_each_rank_resumes_its_own_random_state_and_a_new_world_size_is_said(tmp_path, caplog):
+    model, optimizer, scaler = _parts()
+    streams = []
+    for rank in (0, 1):
+        torch.manual_seed(100 + rank)
+        streams.append(capture_rng())
+    save_snapshot(tmp_path / "last.pt", model=model, optimizer=optimizer, scaler=scaler, state=TrainingState(epoch=3),
+                  rng_states=streams, identity={})
+    snapshot = load_state(tmp_path / "last.pt")
+    for rank in (0, 1):
+        restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity={}, rank=rank,
+                         world_size=2)
+        assert torch.equal(torch.get_rng_state(), streams[rank]["torch"])
+    torch.manual_seed(7)
+    own = torch.get_rng_state()
+    with caplog.at_level("WARNING", logger="partorch"):
+        state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity={}, rank=0,
+                                 world_size=3)
+    assert state.epoch == 3
+    assert torch.equal(torch.get_rng_state(), own)  # not rank 0's stream reused by every rank
+    assert "written by 2 ranks and this job has 3" in caplog.text
+
+
+def test_snapshots_keep_the_umask_s_mode_fsync_their_folder_and_clear_stale_temporaries(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    stale = tmp_path / ".last.pt.k3j2_x9a.tmp"  # what a writer killed mid-write leaves
+    stale.write_bytes(b"half a snapshot")
+    other = tmp_path / ".notes.txt.abcdefgh.tmp"  # another file's: not ours to remove
+    other.write_bytes(b"")
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)), real_fsync(fd)))
+    old_mask = os.umask(0o027)
+    try:
+        atomic_torch_save({"epoch": 1}, path)
+    finally:
+        os.umask(old_mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert synced == [False, True]  # the file's bytes, then the folder holding the rename
+    assert not stale.exists() and other.exists()

@@ -101,7 +101,7 @@ def test_the_ddp_script_makes_every_ddp_call_itself_and_numbers_its_steps():
         assert call not in single_code, call
     steps = sorted({int(n) for n in re.findall(r"# DDP (\d)\b", text)})
     assert steps == list(range(1, 10))
-    assert len(text.splitlines()) <= 340  # readable in one sitting
+    assert len(text.splitlines()) <= 360  # readable in one sitting
 
 
 def _region(lines, start_marker, end_marker):
