@@ -55,7 +55,7 @@ DEFAULT_OUTPUT_DIR = "runs/fingerprint-mlp"
 FINGERPRINT = dict(radius=2, bits=2048)
 
 
-def build_datasets(args, rank):
+def build_datasets(args):
     """Fingerprints of the molecules RDKit parses (the others are dropped,
     with a warning naming their rows), split and scored as the script does."""
     table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict, parse=True)
@@ -181,7 +181,7 @@ def main(args):
 
 def load_data(args, rank, world_size):
     """The datasets, and this rank's loaders."""
-    data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
+    data = build_datasets(args)  # no collective inside: bad input stops every rank alike
     for warning in data.warnings if rank == 0 else []:
         log.warning("warning: %s", warning)
     # DDP 2: a stale copy of the file on one node would otherwise train without a word

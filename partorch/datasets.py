@@ -110,32 +110,38 @@ class SmilesDataset(Dataset):
 class AugmentedSmilesDataset(SmilesDataset):
     """A SmilesDataset that can rewrite its molecules as random SMILES.
 
-    `set_epoch(e)` re-encodes every molecule as a fresh random SMILES drawn
-    from (seed, e, rank): reproducible, and different on every rank.
-    `set_epoch(None)` restores the given strings. `lengths` stays the given
-    strings' lengths on purpose: the batch sampler must see the same lengths
-    on every rank to build the same global batches.
+    After `set_epoch(e)`, item i is a random SMILES of molecule i drawn from
+    (seed, e, key i), written when the item is fetched: each rank pays only
+    for the molecules of its shard, and a molecule's string does not depend
+    on the rank or the world size that reads it. `keys` name the molecules
+    (their rows in the whole table, so dev and test streams never meet
+    train's). `set_epoch(None)` restores the given strings. `lengths` stays
+    the given strings' lengths on purpose: the batch sampler must see the
+    same lengths on every rank to build the same global batches.
     """
 
-    def __init__(self, smiles_list, labels, tokenizer, seed=0, rank=0):
+    def __init__(self, smiles_list, labels, tokenizer, seed=0, keys=None):
         super().__init__(smiles_list, labels, tokenizer)
-        self.smiles, self.seed, self.rank = list(smiles_list), seed, rank
-        self.given_ids = self.token_ids
+        self.smiles, self.seed, self.epoch = list(smiles_list), seed, None
+        self.keys = np.arange(len(self.smiles)) if keys is None else np.asarray(keys, dtype=np.int64)
 
     def set_epoch(self, epoch):
-        if epoch is None:
-            self.token_ids = self.given_ids
-            return
-        rng = np.random.default_rng([self.seed, epoch, self.rank])
-        self.token_ids = [torch.tensor(self.tokenizer.encode(s), dtype=torch.long)
-                          for s in random_smiles(self.smiles, rng)]
+        self.epoch = epoch
+
+    def __getitem__(self, i):
+        if self.epoch is None:
+            return super().__getitem__(i)
+        rng = np.random.default_rng([self.seed, self.epoch, int(self.keys[i])])
+        rewritten = random_smiles([self.smiles[i]], rng)[0]
+        return torch.tensor(self.tokenizer.encode(rewritten), dtype=torch.long), self.targets[i]
 
 
-def smiles_dataset(smiles_list, labels, tokenizer, indices=None, augment=False, seed=0, rank=0):
+def smiles_dataset(smiles_list, labels, tokenizer, indices=None, augment=False, seed=0):
     """The tutorial's way in: lists of SMILES and labels, optionally a subset by `indices`."""
+    keys = indices
     if indices is not None:
         smiles_list = [smiles_list[i] for i in indices]
         labels = np.asarray(labels)[np.asarray(indices, dtype=int)]
     if augment:
-        return AugmentedSmilesDataset(smiles_list, labels, tokenizer, seed=seed, rank=rank)
+        return AugmentedSmilesDataset(smiles_list, labels, tokenizer, seed=seed, keys=keys)
     return SmilesDataset(smiles_list, labels, tokenizer)

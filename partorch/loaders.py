@@ -25,16 +25,14 @@ def get_ddp_dataloader(*, rank, world_size, batch_size, dataset=None, shuffle=Fa
     tensors ending with the target; a `lengths` attribute lets the bucket
     sampler group similar lengths) or the tutorial's keywords `smiles_list`,
     `labels`, `tokenizer`, and optionally `indices` and `augment` (a fresh
-    random SMILES per epoch, rank and seed; needs RDKit and num_workers=0).
+    random SMILES per epoch, molecule and seed; needs RDKit).
 
     sampler="bucket" shards global batches of similar length (no item
     twice); "random" is torch's DistributedSampler, which pads each rank's
     share with repeated items (training only).
     """
     if dataset is None:
-        if smiles.get("augment") and num_workers:
-            raise DataError("SMILES augmentation works with --num-workers 0 only")
-        dataset = smiles_dataset(**smiles, seed=seed, rank=rank)
+        dataset = smiles_dataset(**smiles, seed=seed)
     elif smiles:
         raise TypeError(f"give either dataset or SMILES keywords, not both ({', '.join(smiles)})")
     if sampler == "bucket":
@@ -49,6 +47,9 @@ def get_ddp_dataloader(*, rank, world_size, batch_size, dataset=None, shuffle=Fa
     # Its own generator: every pass over a loader draws a seed for its workers, and drawn from torch's
     # global stream it would shift the dropout masks whenever dev or test is scored (--test-every-epoch
     # would change the trained model)
+    # (Workers kept between passes hold a copy of the dataset made once: one that set_epoch changes needs
+    # fresh workers every pass.)
+    keep_workers = num_workers > 0 and not hasattr(dataset, "set_epoch")
     return DataLoader(dataset, batch_sampler=batches, collate_fn=getattr(dataset, "collate", collate_tensors),
-                      num_workers=num_workers, persistent_workers=num_workers > 0,
+                      num_workers=num_workers, persistent_workers=keep_workers,
                       pin_memory=torch.cuda.is_available(), generator=torch.Generator().manual_seed(seed))

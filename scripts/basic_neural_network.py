@@ -41,7 +41,7 @@ from partorch.tokenizer import build_tokenizer
 DEFAULT_OUTPUT_DIR = "runs/basic"
 
 
-def build_datasets(args, rank):
+def build_datasets(args):
     """Your data and its task, as TrainingData: train/dev/test datasets whose
     batches your model reads, the task (its loss and metrics), what to save
     beside the model, and digests of what every rank must build alike."""
@@ -52,8 +52,8 @@ def build_datasets(args, rank):
     task = build_task(kind, table, splits)  # BCE and ROC AUC, or MSE and RMSE; one output per label column
     tokenizer = build_tokenizer(args.tokenizer, table, random_smiles=args.augment or args.tta > 0)
 
-    def subset(indices, augment):  # augmented strings are drawn from (seed, epoch, rank)
-        return smiles_dataset(table.smiles, table.labels, tokenizer, indices, augment, args.seed, rank)
+    def subset(indices, augment):  # a molecule's random SMILES come from (seed, epoch, its row)
+        return smiles_dataset(table.smiles, table.labels, tokenizer, indices, augment, args.seed)
 
     return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
                         subset(splits.test, args.tta > 0), task, descriptions={"tokenizer": tokenizer.to_dict()},
@@ -140,7 +140,7 @@ def main(args):
 
 def load_data(args, rank, world_size):
     """The datasets, and this rank's loaders."""
-    data = build_datasets(args, rank)  # no collective inside: bad input stops every rank alike
+    data = build_datasets(args)  # no collective inside: bad input stops every rank alike
     for warning in data.warnings if rank == 0 else []:
         log.warning("warning: %s", warning)
     train_loader = get_dataloader(dataset=data.train, batch_size=args.batch_size, shuffle=True, seed=args.seed,

@@ -55,24 +55,41 @@ def test_training_script_with_scaffold_split(tmp_path, bbbp_subset):
     assert "Final test ROC AUC: " in result.stdout
 
 
-def test_augmented_smiles_are_the_same_molecule_reproducible_and_rank_specific(bbbp_path):
+def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_the_shard(bbbp_path,
+                                                                                           monkeypatch):
     from rdkit import Chem
+    import partorch.datasets
     from partorch.chem import augmentation_vocabulary_strings
     from partorch.datasets import AugmentedSmilesDataset
+    from partorch.loaders import get_ddp_dataloader
     from partorch.tokenizer import SmilesTokenizer
     smiles = _parsed_bbbp(bbbp_path).smiles[:200]
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
-    datasets = [AugmentedSmilesDataset(smiles, np.zeros(200), tokenizer, seed=7, rank=r) for r in (0, 0, 1)]
-    for d in datasets:
-        d.set_epoch(3)
-    ids = [[t.tolist() for t in d.token_ids] for d in datasets]
-    assert ids[0] == ids[1] and ids[0] != ids[2]  # same seed, epoch and rank: same strings; another rank: others
-    rewritten = [tokenizer.decode(t) for t in ids[0]]
+    whole = AugmentedSmilesDataset(smiles, np.zeros(200), tokenizer, seed=7)
+    rows = list(range(50, 200, 3))  # a split: a subset of the table, named by its rows
+    part = AugmentedSmilesDataset([smiles[i] for i in rows], np.zeros(len(rows)), tokenizer, seed=7, keys=rows)
+    strings = lambda d, items: [tokenizer.decode(d[i][0].tolist()) for i in items]  # noqa: E731
+    whole.set_epoch(3)
+    part.set_epoch(3)
+    rewritten = strings(whole, range(200))
+    assert strings(part, range(len(rows))) == [rewritten[i] for i in rows]  # a molecule's string: its own
+    assert rewritten == strings(whole, range(200))  # drawn again: the same
     assert sum(a != b for a, b in zip(rewritten, smiles)) > 100
     canonical = lambda s: Chem.MolToSmiles(Chem.MolFromSmiles(s))  # noqa: E731
     assert all(canonical(a) == canonical(b) for a, b in zip(rewritten[:50], smiles[:50]))
-    datasets[0].set_epoch(None)
-    assert [tokenizer.decode(t.tolist()) for t in datasets[0].token_ids] == smiles
+    whole.set_epoch(4)
+    assert sum(a != b for a, b in zip(strings(whole, range(200)), rewritten)) > 100  # a fresh epoch
+    whole.set_epoch(None)
+    assert strings(whole, range(200)) == smiles
+    # a rank rewrites only the molecules of its shard: the cost divides by the world size
+    calls = []
+    real = partorch.datasets.random_smiles
+    monkeypatch.setattr(partorch.datasets, "random_smiles", lambda s, rng: calls.append(len(s)) or real(s, rng))
+    loader = get_ddp_dataloader(rank=1, world_size=2, dataset=whole, batch_size=32, shuffle=True, seed=7)
+    loader.batch_sampler.set_epoch(5)
+    whole.set_epoch(5)
+    drawn = sum(len(batch) for batch in loader)
+    assert drawn == 100 and sum(calls) == 100
 
 
 def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
