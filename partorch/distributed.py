@@ -8,6 +8,7 @@ read at once and hides none of those steps.
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 
@@ -164,3 +165,43 @@ def assert_same_on_all_ranks(named_digests):
             detail = "; ".join(f"ranks {ranks}: {v[:12]}" for v, ranks in groups.items())
             raise DistributedError(f"ranks disagree on the {name} ({detail}); "
                                    "do all ranks read the same file with the same flags?")
+
+
+class Heartbeat:
+    """Lets the other ranks wait for work that rank 0 does alone (scoring a
+    large dev split, say) for as long as it takes, yet notice within the
+    timeout when rank 0 is gone. A collective would end a healthy job once
+    the work outlasts --dist-timeout; instead rank 0 broadcasts "still
+    working" every few seconds on a group of its own (gloo: CPU tensors even
+    beside nccl) and "done" at the end, and each wait is bounded by the
+    timeout. `enabled=False` (every rank works, --distributed-eval): plain calls."""
+
+    def __init__(self, timeout, enabled=True):
+        self.group = dist.new_group(backend="gloo", timeout=timeout) if enabled else None
+        self.interval = min(5.0, timeout.total_seconds() / 4)
+
+    def while_rank0_works(self, work):
+        """work()'s result on rank 0 (also on the others when disabled), None on the others."""
+        if self.group is None:
+            return work()
+        if dist.get_rank() != 0:
+            done = torch.zeros(1)
+            while not done.item():
+                dist.broadcast(done, src=0, group=self.group)
+            return None
+        finished = threading.Event()
+        beats = threading.Thread(target=self._beat_until, args=(finished,), daemon=True)
+        beats.start()
+        try:
+            return work()
+        finally:
+            finished.set()
+            beats.join()
+
+    def _beat_until(self, finished):
+        try:
+            while not finished.wait(self.interval):
+                dist.broadcast(torch.zeros(1), src=0, group=self.group)
+            dist.broadcast(torch.ones(1), src=0, group=self.group)
+        except (RuntimeError, dist.DistError):  # a peer is gone: rank 0's next collective says so, in one line
+            pass

@@ -104,7 +104,8 @@ def _running_flags(add, default_output_dir):
         help="DDP gradient bucket size in MB; smaller buckets start all-reducing earlier in backward "
              "(default: %(default)s)")
     add("--dist-timeout", type=_positive(int), default=300,
-        help="seconds any collective may wait for a peer before failing (default: %(default)s)")
+        help="seconds any collective may wait for a peer before failing; rank 0 scoring dev alone sends a "
+             "heartbeat meanwhile, so a long evaluation does not count (default: %(default)s)")
     add("--distributed-eval", action="store_true",
         help="every rank scores its share of dev and test and the predictions are gathered "
              "(default: rank 0 scores them alone)")

@@ -43,7 +43,7 @@ from tqdm import tqdm
 from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
                                  restore_snapshot, save_snapshot)
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, torchrun_job_key  # DDP
-from partorch.distributed import is_restart_of  # DDP
+from partorch.distributed import Heartbeat, is_restart_of  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.errors import raise_if_failed, run_or_report  # DDP 7
@@ -283,6 +283,9 @@ def train(args, started):
     torch.manual_seed(rank_seed(args.seed, rank))  # dropout from (seed, rank): each DDP rank its own masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output) if master_process else None  # DDP 7: one writer for the whole job
+    # DDP 7: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: scoring a
+    # large split may outlast --dist-timeout, which stays the bound for a rank 0 that is really gone
+    heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), enabled=not args.distributed_eval)
     hparams = {**run_hparams(args), "model": model_hparams}
     identity = {"hparams": hparams, **data.digests}
     snapshot_path = output / "checkpoints" / "last.pt"
@@ -311,8 +314,8 @@ def train(args, started):
                        lr=optimizer.param_groups[0]["lr"])
         # DDP 7: only rank 0 scores dev; it sends the epoch's figures (or why it failed) to every rank,
         # so all keep the same best weights, stop at the same epoch, or stop together
-        shared = [run_or_report(lambda: score_epoch(args, model, (dev_loader, test_loader), task, writer, figures,
-                                                  step_losses))]
+        shared = [heartbeat.while_rank0_works(lambda: run_or_report(lambda: score_epoch(
+            args, model, (dev_loader, test_loader), task, writer, figures, step_losses)))]
         dist.broadcast_object_list(shared, src=0)
         row = raise_if_failed(shared[0])
         state.history.append(row)

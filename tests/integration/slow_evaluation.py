@@ -1,0 +1,25 @@
+"""Runs a training script with every evaluation pass slowed down, as on a
+large dev split: `slow_evaluation.py SCRIPT ARGS...` with SLOW_EVALUATION_SECONDS
+set. Before each pass the process writes its pid to SLOW_EVALUATION_MARKER
+(when set), so a test can act on it while it evaluates."""
+import os
+from pathlib import Path
+import runpy
+import sys
+import time
+
+import partorch.evaluation
+
+_predict = partorch.evaluation.predict
+
+
+def slow_predict(*args, **kwargs):
+    if os.environ.get("SLOW_EVALUATION_MARKER"):
+        Path(os.environ["SLOW_EVALUATION_MARKER"]).write_text(str(os.getpid()))
+    time.sleep(float(os.environ["SLOW_EVALUATION_SECONDS"]))
+    return _predict(*args, **kwargs)
+
+
+partorch.evaluation.predict = slow_predict  # before the script imports it
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,0 +1,51 @@
+"""Rank 0 scoring alone for longer than --dist-timeout: the others wait for
+it while it lives, and give up within the timeout once it stops answering."""
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import DDP, FAST_FLAGS, ROOT, error_lines, final_lines, run_script, with_flag
+
+SLOW = ROOT / "tests" / "integration" / "slow_evaluation.py"
+
+
+@pytest.mark.timeout(200)
+def test_a_slow_evaluation_on_rank0_does_not_time_out_the_waiting_ranks(tmp_path, bbbp_subset):
+    flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "3"]
+    result = run_script([SLOW, DDP, bbbp_subset, "--output-dir", tmp_path / "run", *flags], nproc=2,
+                        env={"SLOW_EVALUATION_SECONDS": "8"}, timeout=150)  # dev scoring: 8 s, the timeout 3 s
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(final_lines(result.stdout)) == 1
+
+
+@pytest.mark.timeout(200)
+def test_a_frozen_rank0_is_still_noticed_within_the_timeout(tmp_path, bbbp_subset):
+    marker = tmp_path / "evaluating"
+    flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "4"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLOW_EVALUATION_SECONDS": "30",
+           "SLOW_EVALUATION_MARKER": str(marker)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", SLOW, DDP,
+               bbbp_subset, "--output-dir", tmp_path / "run", *flags]
+    job = subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), "rank 0 never started scoring"
+        os.kill(int(marker.read_text()), signal.SIGSTOP)  # alive to the kernel, silent to its peers
+        stopped = time.time()
+        _, stderr = job.communicate(timeout=90)
+        waited = time.time() - stopped
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # nothing left of the job, as it should be
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert job.returncode != 0
+    assert any("lost contact with another process" in line for line in error_lines(stderr)), stderr[-3000:]
+    assert waited < 60  # the 4 s timeout, then torchrun's own stopping of the frozen rank
