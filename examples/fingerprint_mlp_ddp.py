@@ -31,7 +31,7 @@ from tqdm import tqdm
 from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
                                  restore_snapshot, save_snapshot)
 from partorch.distributed import assert_same_on_all_ranks, check_on_all_ranks, rendezvous, torchrun_job_key  # DDP
-from partorch.distributed import Heartbeat, is_restart_of  # DDP
+from partorch.distributed import Heartbeat, is_restart_of, remember_failure  # DDP
 from partorch.distributed import rank_seed, set_cpu_threads
 from partorch.errors import PartorchError, run_main
 from partorch.errors import raise_if_failed, run_or_report  # DDP 7
@@ -175,6 +175,9 @@ def main(args):
                             device_id=args.device if args.device.type == "cuda" else None, **rendezvous(timeout))
     try:
         train(args, started)
+    except PartorchError as exc:  # DDP: bad input; torchrun would retry it N times (--max-restarts N)
+        remember_failure(str(exc))
+        raise
     finally:
         dist.destroy_process_group()  # DDP 9: on every way out, errors included
 

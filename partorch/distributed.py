@@ -52,7 +52,7 @@ def rendezvous(timeout):
     job a name that its restarts share (`torchrun_job_key`). Without
     torchrun's agent store (a launcher of your own): the env:// defaults.
     """
-    global _job
+    global _job, _store
     if "WORLD_SIZE" not in os.environ:
         return dict(store=dist.HashStore(), rank=0, world_size=1)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
@@ -61,8 +61,11 @@ def rendezvous(timeout):
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}  # torch's env:// then starts a new store for every attempt: no stale keys
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timeout)
+    store = _store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                   timeout=timeout)
+    if store.check([FAILED_KEY]):  # see remember_failure
+        raise DistributedError(f"{store.get(FAILED_KEY).decode()} (an earlier attempt of this torchrun job stopped "
+                               "on this; its restarts stop at once)")
     if _job is None:  # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
         _job = "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
     attempt = _agree_on_attempt(store, rank, world_size, timeout)
@@ -70,6 +73,18 @@ def rendezvous(timeout):
 
 
 _job = None  # set by rendezvous() under torchrun
+_store = None  # torchrun's store, which lives as long as the job: set by rendezvous()
+FAILED_KEY = "partorch/failed"
+
+
+def remember_failure(message):
+    """Note in torchrun's store an error that a retry would meet again (bad
+    input or set-up). torchrun restarts workers on any failure and cannot be
+    told not to (pytorch/pytorch#133877), so --max-restarts N would read the
+    bad input N more times; with this note each restart stops at once in
+    `rendezvous`, with the same line, before reading or writing anything."""
+    if _store is not None:
+        _store.set(FAILED_KEY, message)
 
 
 def torchrun_job_key():

@@ -45,6 +45,8 @@ def run_or_report(work):
     except PartorchError as exc:
         return Failure(str(exc))
     except Exception as exc:  # a bug: its traceback goes to the log, its one line to every rank
+        if is_peer_failure(exc):  # not this rank's fault, and perhaps passing: stays what it is
+            raise
         logging.getLogger("partorch").exception("failed")
         return Failure(f"{type(exc).__name__}: {exc}")
 

@@ -1,8 +1,11 @@
 """Every bad input: one `error:` line on every rank, non-zero exit, no
 traceback from our code, no hang, and nothing in the output folder touched."""
+import os
+import sys
+
 import pytest
 
-from helpers import DDP, FAST_FLAGS, SINGLE, error_lines, our_traceback, run_script
+from helpers import DDP, FAST_FLAGS, SINGLE, error_lines, our_traceback, run_command, run_script
 
 
 def _balanced_rows(n, label=lambda i: i % 2):
@@ -99,3 +102,20 @@ def test_nonsense_flag_under_torchrun_stops_both_ranks(bbbp_subset):
     assert result.returncode != 0
     rejections = [line for line in result.stderr.splitlines() if "error: argument --batch-size: must be > 0" in line]
     assert len(rejections) == 2 and "Traceback (most recent call last):\n  File \"/work" not in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
+    data = tmp_path / "data.csv"
+    data.write_text("smiles,label\nCC,1\n")  # no p_np column
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "--max-restarts=3", DDP, data, "--output-dir", tmp_path / "out", *FAST_FLAGS]
+    result = run_command(command, timeout=100, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert result.returncode != 0
+    errors = error_lines(result.stderr)
+    first = [e for e in errors if "earlier attempt" not in e]
+    assert len(first) == 2 and all("no column 'p_np'" in e for e in first), result.stderr[-3000:]
+    # torchrun restarts anyway (it cannot be told not to); each restart stops before reading the data
+    assert len(errors) == 2 + 2 * 3 and all("no column 'p_np'" in e and "stopped on this" in e
+                                             for e in errors if e not in first)
+    assert not our_traceback(result.stderr)
