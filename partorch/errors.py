@@ -65,7 +65,12 @@ def is_peer_failure(exc):
 
 def fail(message):
     sys.stderr.write(f"error: {message}\n")  # one write, so ranks do not interleave
+    exit_after_peers(2)
+
+
+def exit_after_peers(status):
+    """Exit, after a moment for the peers to report the same error when there are any."""
     sys.stderr.flush()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         time.sleep(PEER_GRACE_SECONDS)
-    sys.exit(2)
+    sys.exit(status)

@@ -1,6 +1,8 @@
 """The flags both training scripts take (and the example built on them)."""
 import argparse
+import sys
 
+from .errors import exit_after_peers
 from .loaders import SAMPLERS
 from .splits import SPLITS
 from .tasks import TASK_KINDS
@@ -23,6 +25,13 @@ def _fraction(text):
 
 
 class _Parser(argparse.ArgumentParser):
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message, sys.stderr)
+        if status:  # a bad flag, on every rank: each says so before torchrun stops them all
+            exit_after_peers(status)
+        sys.exit(status)
+
     def parse_args(self, args=None, namespace=None):
         parsed = super().parse_args(args, namespace)
         if parsed.resume and parsed.output_dir is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import ROOT, SHARED_DATASETS
+from helpers import ROOT, shared_dataset
 
 
 def pytest_collection_modifyitems(items):
@@ -16,13 +16,6 @@ def pytest_collection_modifyitems(items):
         layer = Path(item.fspath).parent.name
         if layer in ("unit", "integration"):
             item.add_marker(layer)
-
-
-def shared_dataset(name):
-    path = SHARED_DATASETS / name
-    if not path.exists():
-        pytest.skip(f"needs {name} from the shared data folder beside the project ({path} is absent)")
-    return path
 
 
 @pytest.fixture(scope="session")

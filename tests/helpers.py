@@ -2,10 +2,12 @@
 import os
 from pathlib import Path
 import signal
+import socket
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -16,6 +18,21 @@ SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 # A small model and few epochs: the integration tests check plumbing, not accuracy.
 FAST_FLAGS = ["--epochs", "2", "--embedding-dim", "16", "--d-model", "16", "--num-layers", "1",
               "--batch-size", "32", "--quiet"]
+
+
+def free_port():
+    """A TCP port nobody listens on now, for a rendezvous of our own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shared_dataset(name):
+    """A data set from the folder CI places beside the project; skips, saying why, without it."""
+    path = SHARED_DATASETS / name
+    if not path.exists():
+        pytest.skip(f"needs {name} from the shared data folder beside the project ({path} is absent)")
+    return path
 
 
 def with_flag(flags, name, value):

@@ -3,25 +3,19 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from helpers import DDP, FAST_FLAGS, ROOT, with_flag
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import DDP, FAST_FLAGS, ROOT, free_port, with_flag
 
 
 @pytest.mark.timeout(300)
 def test_two_nodes_train_together(tmp_path, bbbp_subset):
     out = tmp_path / "run"
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
          f"--rdzv-endpoint={endpoint}", "--rdzv-id=partorch-test", str(DDP),
@@ -46,7 +40,7 @@ def test_a_worker_killed_on_one_node_restarts_the_job_on_both(tmp_path, bbbp_sub
     """torchrun counts a restart only on the node whose worker died; the other node may restart its
     worker as a membership change. Both must still meet in the same attempt and resume alike."""
     out = tmp_path / "run"
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     flags = with_flag(FAST_FLAGS, "--epochs", 6)
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",

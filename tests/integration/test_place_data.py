@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from helpers import DDP, ROOT, SHARED_DATASETS, error_lines
+from helpers import DDP, ROOT, error_lines, shared_dataset
 
 PLACE = ROOT / "dataset" / "place_data.py"
 BBBP = ROOT / "dataset" / "BBBP.csv"
@@ -46,13 +46,6 @@ def assert_one_error(result, *expected):
     for text in expected:
         assert text in result.stderr, result.stderr
     assert "torchrun" not in result.stdout  # no command hint for a file that was not placed
-
-
-def shared(name):
-    path = SHARED_DATASETS / name
-    if not path.exists():
-        pytest.skip(f"needs {name} from the shared data folder beside the project ({path} is absent)")
-    return path
 
 
 def test_bbbp_from_a_url_is_placed_verified_with_its_columns(tmp_path):
@@ -136,7 +129,7 @@ def test_the_gzip_path_verifies_the_packed_bytes_then_decompresses(tmp_path, mon
 
 
 def test_trimmed_esol_from_a_path_names_its_short_column(tmp_path):
-    source = shared("ESOL.csv")
+    source = shared_dataset("ESOL.csv")
     result = place("ESOL", "--from", source, "--dest-dir", tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "ESOL.csv").read_bytes() == source.read_bytes()
@@ -148,7 +141,7 @@ def test_trimmed_esol_from_a_path_names_its_short_column(tmp_path):
 
 
 def test_trimmed_sider_from_a_url_names_all_27_label_columns(tmp_path):
-    source = shared("SIDER.csv")
+    source = shared_dataset("SIDER.csv")
     result = place("SIDER", "--url", source.as_uri(), "--dest-dir", tmp_path)
     assert result.returncode == 0, result.stderr
     placed = tmp_path / "SIDER.csv"
@@ -163,7 +156,7 @@ def test_trimmed_sider_from_a_url_names_all_27_label_columns(tmp_path):
 
 
 def test_a_file_of_another_set_is_refused(tmp_path):
-    source = shared("HIV.csv")
+    source = shared_dataset("HIV.csv")
     result = place("ESOL", "--from", source, "--dest-dir", tmp_path)
     assert_one_error(result, str(source), "0c90a51668d446b9e3ab77e67662bd1c", "this file is HIV")
     assert list(tmp_path.iterdir()) == []

@@ -2,7 +2,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers import DDP, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, error_lines, run_script, with_flag
+from helpers import DDP, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, error_lines, free_port, run_script, with_flag
 from partorch.checkpoint import load_model_dir, load_state
 from partorch.evaluation import predict_smiles
 
@@ -21,12 +20,6 @@ def _metrics(out):
     m = json.loads((out / "metrics.json").read_text())
     return {k: m[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed")} | {
         "history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in m["history"]]}
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _flags(epochs):
@@ -77,7 +70,7 @@ def test_a_new_run_in_a_folder_holding_an_earlier_one_is_refused_not_mixed(tmp_p
 def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
     # the usage line's form (a fixed port, no --output-dir): the restart must find the job's own version_N
     out = tmp_path / "runs" / "ddp" / "version_0"
-    command = [sys.executable, "-m", "torch.distributed.run", f"--master-port={_free_port()}", "--nproc-per-node=2",
+    command = [sys.executable, "-m", "torch.distributed.run", f"--master-port={free_port()}", "--nproc-per-node=2",
                "--max-restarts=1", str(DDP), str(bbbp_subset), *_flags(6)]
     agent = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -6,13 +6,12 @@ import json
 import os
 from pathlib import Path
 import shlex
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from helpers import FAST_FLAGS, ROOT, final_lines, run_command
+from helpers import FAST_FLAGS, ROOT, final_lines, free_port, run_command
 
 GPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp.sbatch"
 CPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp_cpu.sbatch"
@@ -44,12 +43,6 @@ FAKE_SCONTROL = r"""#!/bin/sh
 [ "$1 $2" = "show hostnames" ] || { echo "fake scontrol: only 'show hostnames'" >&2; exit 2; }
 echo 127.0.0.1
 """
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -152,7 +145,7 @@ def test_gpu_recipe_refuses_an_allocation_without_gpus(fake_slurm):
 @pytest.mark.timeout(400)
 def test_cpu_recipe_trains_through_srun(fake_slurm, tmp_path, bbbp_subset):
     out = tmp_path / "run"
-    env = {**fake_slurm, "SLURM_JOB_ID": "4243", "RDZV_PORT": str(_free_port()), "OUTPUT_DIR": str(out),
+    env = {**fake_slurm, "SLURM_JOB_ID": "4243", "RDZV_PORT": str(free_port()), "OUTPUT_DIR": str(out),
            "GLOO_SOCKET_IFNAME": "lo"}
     result = _run(CPU_SBATCH, [bbbp_subset, *FAST_FLAGS], env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,0 +1,97 @@
+"""Runs a training script with faults injected at chosen points, for the
+fault-injection suite (test_faults.py):
+
+    FAULTS="RANK:POINT:EPOCH:ACTION[;...]" FAULT_DIR=DIR inject_faults.py SCRIPT ARGS...
+
+POINT is where rank RANK meets the fault: `epoch` (the second optimizer
+step of training epoch EPOCH), `evaluation` (rank 0 scoring dev after epoch
+EPOCH), `snapshot` (halfway through writing epoch EPOCH's snapshot: half
+its bytes are in the temporary file) or `restart` (starting again after an
+earlier fault: between the job's attempts). ACTION is `kill` (SIGKILL) or
+`stop` (SIGSTOP: alive to the kernel, silent to its peers). Each fault
+fires once per job: the first time, it leaves a file in FAULT_DIR.
+"""
+import io
+import os
+from pathlib import Path
+import runpy
+import signal
+import sys
+
+import torch
+
+import partorch.evaluation
+import partorch.sampler
+
+FAULTS = [dict(zip(("rank", "point", "epoch", "action"), spec.split(":")), number=i)
+          for i, spec in enumerate(os.environ["FAULTS"].split(";"))]
+FIRED = Path(os.environ["FAULT_DIR"])
+RANK = os.environ.get("RANK", "0")
+now = {"epoch": 0, "steps": 0}
+
+
+def claim(point, epoch=None):
+    """The fault this rank meets here, now marked as fired; None if none (or it fired before)."""
+    for fault in FAULTS:
+        if fault["rank"] != RANK or fault["point"] != point or (epoch is not None and int(fault["epoch"]) != epoch):
+            continue
+        try:
+            os.close(os.open(FIRED / str(fault["number"]), os.O_CREAT | os.O_EXCL))
+            return fault
+        except FileExistsError:
+            continue  # fired in an earlier attempt
+
+
+def fire(fault):
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL if fault["action"] == "kill" else signal.SIGSTOP)
+
+
+def meet(point, epoch=None):
+    fault = claim(point, epoch)
+    if fault:
+        fire(fault)
+
+
+def patch(cls, name, before):
+    original = getattr(cls, name)
+
+    def patched(*args, **kwargs):
+        before(*args, **kwargs)
+        return original(*args, **kwargs)
+    setattr(cls, name, patched)
+
+
+def on_epoch(sampler, epoch):
+    now.update(epoch=epoch, steps=0)
+
+
+def on_step(*args, **kwargs):
+    now["steps"] += 1
+    if now["steps"] == 2:
+        meet("epoch", now["epoch"])
+
+
+_save = torch.save
+
+
+def half_then_fault(obj, f, *args, **kwargs):
+    fault = claim("snapshot", obj["state"]["epoch"]) if isinstance(obj, dict) and "rng" in obj else None
+    if fault:
+        buffer = io.BytesIO()
+        _save(obj, buffer, *args, **kwargs)
+        f.write(buffer.getvalue()[:len(buffer.getvalue()) // 2])
+        f.flush()
+        fire(fault)
+    return _save(obj, f, *args, **kwargs)
+
+
+if any(FIRED.iterdir()):
+    meet("restart")
+for sampler in (partorch.sampler.LengthBucketBatchSampler, partorch.sampler.DistributedRandomBatchSampler):
+    patch(sampler, "set_epoch", on_epoch)
+patch(torch.amp.GradScaler, "step", on_step)
+patch(partorch.evaluation, "predict", lambda *a, **k: meet("evaluation", now["epoch"]))
+torch.save = half_then_fault
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
