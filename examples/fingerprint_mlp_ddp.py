@@ -17,6 +17,7 @@ steps are those of the script it was copied from:
 """
 from contextlib import nullcontext  # DDP 5
 from datetime import timedelta  # DDP 1
+from functools import partial  # DDP 7
 import os  # DDP: torchrun's environment
 from pathlib import Path
 import time
@@ -176,7 +177,7 @@ def main(args):
     try:
         train(args, started)
     except PartorchError as exc:  # DDP: bad input; torchrun would retry it N times (--max-restarts N)
-        remember_failure(str(exc))
+        remember_failure(exc)
         raise
     finally:
         dist.destroy_process_group()  # DDP 9: on every way out, errors included
@@ -314,8 +315,8 @@ def train(args, started):
                        lr=optimizer.param_groups[0]["lr"])
         # DDP 7: only rank 0 scores dev; it sends the epoch's figures (or why it failed) to every rank,
         # so all keep the same best weights, stop at the same epoch, or stop together
-        shared = [heartbeat.while_rank0_works(lambda: run_or_report(lambda: score_epoch(
-            args, model, (dev_loader, test_loader), task, writer, figures, step_losses)))]
+        scoring = partial(score_epoch, args, model, (dev_loader, test_loader), task, writer, figures, step_losses)
+        shared = [heartbeat.while_rank0_works(partial(run_or_report, scoring))]
         dist.broadcast_object_list(shared, src=0)
         row = raise_if_failed(shared[0])
         state.history.append(row)

@@ -9,6 +9,7 @@ holds everything needed to continue a run after a crash or a torchrun
 restart, again as tensors and plain types only.
 """
 from dataclasses import asdict, dataclass, field
+import errno
 import glob
 import json
 import math
@@ -37,11 +38,12 @@ def _atomic(path, write):
     One writer per path (rank 0): temporaries that an earlier writer of the
     same path left behind when it was killed are removed first."""
     path = Path(path)
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.{'?' * 8}.tmp"):  # mkstemp's 8 random letters
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the results from the user's group
+        if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide the results from the user's group
+            os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -53,10 +55,13 @@ def _atomic(path, write):
     _fsync_folder(path.parent)
 
 
-def _umask():
-    mask = os.umask(0o022)  # the only way to read it is to set it
+def _read_umask():
+    mask = os.umask(0o022)  # the only way to read it is to set it: once, at import, before any threads
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
 
 
 def _fsync_folder(folder):
@@ -65,6 +70,9 @@ def _fsync_folder(folder):
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:  # some file systems cannot sync a folder; the file itself is synced
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
     finally:
         os.close(fd)
 
@@ -183,7 +191,7 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
                            state=asdict(state), rng=rng_states, identity=identity), path)
 
 
-def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, world_size=1):
+def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, world_size):
     """Load a snapshot of *this* run into model, optimiser and scaler, and
     this rank's random state; return its TrainingState."""
     differences = _differences(snapshot.get("identity", {}), identity)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .errors import PartorchError
+from .errors import PartorchError, UnexpectedError
 from .logs import log
 
 
@@ -77,14 +77,15 @@ _store = None  # torchrun's store, which lives as long as the job: set by rendez
 FAILED_KEY = "partorch/failed"
 
 
-def remember_failure(message):
-    """Note in torchrun's store an error that a retry would meet again (bad
-    input or set-up). torchrun restarts workers on any failure and cannot be
-    told not to (pytorch/pytorch#133877), so --max-restarts N would read the
-    bad input N more times; with this note each restart stops at once in
-    `rendezvous`, with the same line, before reading or writing anything."""
-    if _store is not None:
-        _store.set(FAILED_KEY, message)
+def remember_failure(error):
+    """Note in torchrun's store a PartorchError that a retry would meet
+    again (bad input or set-up; not an UnexpectedError). torchrun restarts
+    workers on any failure and cannot be told not to (pytorch/pytorch#133877),
+    so --max-restarts N would read the bad input N more times; with this note
+    each restart stops at once in `rendezvous`, with the same line, before
+    reading or writing anything. The store ends with the job."""
+    if _store is not None and not isinstance(error, UnexpectedError):
+        _store.set(FAILED_KEY, str(error))
 
 
 def torchrun_job_key():
@@ -156,13 +157,14 @@ def check_on_all_ranks(work):
         work()
         error = None
     except PartorchError as exc:
-        error = str(exc)
+        error = (str(exc), isinstance(exc, UnexpectedError))
     except Exception as exc:  # a full disk, a bug: still one line on every rank, the details in the log
         log.exception("rank %d failed", dist.get_rank())
-        error = f"rank {dist.get_rank()} failed: {type(exc).__name__}: {exc}"
+        error = (f"rank {dist.get_rank()} failed: {type(exc).__name__}: {exc}", True)
     errors = [e for e in all_gather_object(error) if e]
     if errors:
-        raise PartorchError(errors[0])
+        message, unexpected = errors[0]
+        raise (UnexpectedError if unexpected else PartorchError)(message)
 
 
 def assert_same_on_all_ranks(named_digests):
@@ -214,9 +216,10 @@ class Heartbeat:
             beats.join()
 
     def _beat_until(self, finished):
+        working, done = torch.zeros(1), torch.ones(1)
         try:
             while not finished.wait(self.interval):
-                dist.broadcast(torch.zeros(1), src=0, group=self.group)
-            dist.broadcast(torch.ones(1), src=0, group=self.group)
+                dist.broadcast(working, src=0, group=self.group)
+            dist.broadcast(done, src=0, group=self.group)
         except (RuntimeError, dist.DistError):  # a peer is gone: rank 0's next collective says so, in one line
             pass

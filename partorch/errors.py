@@ -10,7 +10,13 @@ import torch
 
 
 class PartorchError(Exception):
-    """Bad input or set-up: reported as one line, never as a traceback."""
+    """Bad input or set-up: reported as one line, never as a traceback; a
+    retry would meet it again."""
+
+
+class UnexpectedError(PartorchError):
+    """Anything else one rank met (a full disk, out of memory, a bug),
+    passed on to every rank as one line: a torchrun restart may get past it."""
 
 
 # Bad input fails every rank at the same point; torchrun stops the others as
@@ -36,6 +42,10 @@ class Failure(str):
     """What went wrong on one rank, as a message another rank can re-raise."""
 
 
+class UnexpectedFailure(Failure):
+    """A Failure that is no PartorchError (see UnexpectedError)."""
+
+
 def run_or_report(work):
     """work()'s result, or a Failure saying why it raised: for work one rank
     does while the others wait for its result in a collective, so that they
@@ -48,19 +58,20 @@ def run_or_report(work):
         if is_peer_failure(exc):  # not this rank's fault, and perhaps passing: stays what it is
             raise
         logging.getLogger("partorch").exception("failed")
-        return Failure(f"{type(exc).__name__}: {exc}")
+        return UnexpectedFailure(f"{type(exc).__name__}: {exc}")
 
 
 def raise_if_failed(result):
     if isinstance(result, Failure):
-        raise PartorchError(f"rank 0 failed: {result}")
+        kind = UnexpectedError if isinstance(result, UnexpectedFailure) else PartorchError
+        raise kind(f"rank 0 failed: {result}")
     return result
 
 
 def is_peer_failure(exc):
-    # gloo reports a dead or silent peer as a plain RuntimeError
-    return isinstance(exc, torch.distributed.DistError) or bool(
-        re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE))
+    # gloo reports a dead or silent peer as a plain RuntimeError (an OSError's "timed out" is no peer's doing)
+    return isinstance(exc, torch.distributed.DistError) or (isinstance(exc, RuntimeError) and bool(
+        re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE)))
 
 
 def fail(message):

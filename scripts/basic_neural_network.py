@@ -170,7 +170,8 @@ def resume(args, path, model, optimizer, scaler, identity, rank):
     if not args.resume:  # never mix two runs
         raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
                             "--resume, or choose another --output-dir")
-    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank)
+    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank,
+                             world_size=1)
     log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
              state.best_score, state.best_epoch)
     return state

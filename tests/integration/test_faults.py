@@ -6,8 +6,10 @@ inside the worker, so it lands exactly there) and checks how the job ends:
 with restarts allowed, like an uninterrupted run to the last digit; without,
 with a non-zero exit in bounded time and the last complete snapshot intact.
 Never a half-written or mixed snapshot, never a hang."""
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,10 +44,13 @@ def _job(tmp_path, data, faults, max_restarts, nodes=1):
     else:
         agents = [subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=env, cwd=ROOT, start_new_session=True) for _ in range(nodes)]
-        results = []
-        for agent in agents:
-            stdout, stderr = agent.communicate(timeout=BOUND_SECONDS)
-            results.append(subprocess.CompletedProcess(agent.args, agent.returncode, stdout, stderr))
+        try:
+            results = [subprocess.CompletedProcess(agent.args, agent.returncode, *agent.communicate(
+                timeout=max(1, BOUND_SECONDS - (time.time() - started)))) for agent in agents]
+        finally:
+            for agent in agents:  # a job that outlived the bound leaves no torchrun tree behind
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(agent.pid, signal.SIGKILL)
     return results, time.time() - started, out, sorted(p.name for p in fired.iterdir())
 
 

@@ -1,6 +1,8 @@
 """Atomic writes, the model folder through a factory, snapshots of one run only."""
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -59,13 +61,13 @@ def test_a_snapshot_resumes_only_the_run_that_wrote_it(tmp_path):
     with torch.no_grad():
         fresh.weight.add_(1.0)
     restored = restore_snapshot(snapshot, model=fresh, optimizer=fresh_optimizer, scaler=fresh_scaler,
-                                identity=identity, rank=0)
+                                identity=identity, rank=0, world_size=1)
     assert restored == state and torch.equal(fresh.weight, model.weight)
     other = {"hparams": {"seed": 2, "lr": 0.01}, "split": "abc"}
     with pytest.raises(CheckpointError, match=r"another run \(hparams.lr: snapshot 0.001, this run 0.01; "
                                               r"hparams.seed: snapshot 1, this run 2\)"):
         restore_snapshot(snapshot, model=fresh, optimizer=fresh_optimizer, scaler=fresh_scaler, identity=other,
-                         rank=0)
+                         rank=0, world_size=1)
 
 
 def test_each_run_gets_a_new_version_folder_and_a_restarted_job_its_own(tmp_path, monkeypatch):
@@ -112,7 +114,7 @@ def test_a_snapshot_loads_to_the_cpu_and_resumes_a_model_on_another_device(tmp_p
     device_optimizer = torch.optim.AdamW(on_device.parameters())
     torch.manual_seed(12345)
     state = restore_snapshot(snapshot, model=on_device, optimizer=device_optimizer, scaler=scaler,
-                             identity={"seed": 1}, rank=0)
+                             identity={"seed": 1}, rank=0, world_size=1)
     assert state.epoch == 4
     assert torch.equal(torch.get_rng_state(), snapshot["rng"][0]["torch"])  # restored, not the 12345 stream
     moments = device_optimizer.state[on_device.weight]["exp_avg"]
@@ -130,7 +132,8 @@ def test_the_fp16_loss_scale_survives_a_snapshot(tmp_path):
                   rng_states=[capture_rng()], identity={})
     fresh = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
     restore_snapshot(load_state(tmp_path / "last.pt"), model=torch.nn.Linear(2, 1),
-                     optimizer=torch.optim.AdamW(model.parameters()), scaler=fresh, identity={}, rank=0)
+                     optimizer=torch.optim.AdamW(model.parameters()), scaler=fresh, identity={}, rank=0,
+                     world_size=1)
     assert fresh.get_scale() == 512.0
 
 
@@ -161,16 +164,17 @@ def test_snapshots_keep_the_umask_s_mode_fsync_their_folder_and_clear_stale_temp
     path = tmp_path / "last.pt"
     stale = tmp_path / ".last.pt.k3j2_x9a.tmp"  # what a writer killed mid-write leaves
     stale.write_bytes(b"half a snapshot")
-    other = tmp_path / ".notes.txt.abcdefgh.tmp"  # another file's: not ours to remove
+    other = tmp_path / ".last.pt.bak.abcdefgh.tmp"  # another file's: not ours to remove
     other.write_bytes(b"")
     synced = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(stat.S_ISDIR(os.fstat(fd).st_mode)), real_fsync(fd)))
-    old_mask = os.umask(0o027)
-    try:
-        atomic_torch_save({"epoch": 1}, path)
-    finally:
-        os.umask(old_mask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    atomic_torch_save({"epoch": 1}, path)
     assert synced == [False, True]  # the file's bytes, then the folder holding the rename
     assert not stale.exists() and other.exists()
+    # the mode: the umask the process started with (read once, at import), not mkstemp's 0600
+    written = tmp_path / "umask027.pt"
+    code = ("import os; os.umask(0o027); from partorch.checkpoint import atomic_torch_save; "
+            f"atomic_torch_save({{}}, {str(written)!r})")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert stat.S_IMODE(written.stat().st_mode) == 0o640

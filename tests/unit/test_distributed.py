@@ -4,6 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 import time
 
+import pytest
 import torch.distributed as dist
 
 from partorch.distributed import _agree_on_attempt
@@ -74,3 +75,24 @@ def test_without_a_name_for_the_job_a_restart_is_told_by_this_nodes_count(monkey
     assert distributed.is_restart_of(None)
     monkeypatch.setattr(distributed, "_job", "rdzv:a")  # a named job: only its own snapshot
     assert distributed.is_restart_of("rdzv:a") and not distributed.is_restart_of("rdzv:b")
+
+
+def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypatch):
+    import partorch.distributed as distributed
+    from partorch.errors import (PartorchError, UnexpectedError, UnexpectedFailure, raise_if_failed,
+                                 run_or_report)
+    store = dist.HashStore()
+    monkeypatch.setattr(distributed, "_store", store)
+
+    def fails(exc):
+        def work():
+            raise exc
+        return work
+    disk_full = run_or_report(fails(OSError(28, "No space left on device (connection timed out)")))
+    assert isinstance(disk_full, UnexpectedFailure)  # rank 0's own trouble, passed on as one line
+    with pytest.raises(UnexpectedError) as raised:
+        raise_if_failed(disk_full)
+    distributed.remember_failure(raised.value)
+    assert not store.check([distributed.FAILED_KEY])  # a restart may get past it: not noted
+    distributed.remember_failure(PartorchError("data.csv: no column 'p_np'"))
+    assert store.get(distributed.FAILED_KEY) == b"data.csv: no column 'p_np'"
