@@ -45,8 +45,8 @@ def _job(tmp_path, data, faults, max_restarts, nodes=1):
         agents = [subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=env, cwd=ROOT, start_new_session=True) for _ in range(nodes)]
         try:
-            results = [subprocess.CompletedProcess(agent.args, agent.returncode, *agent.communicate(
-                timeout=max(1, BOUND_SECONDS - (time.time() - started)))) for agent in agents]
+            outputs = [agent.communicate(timeout=max(1, BOUND_SECONDS - (time.time() - started))) for agent in agents]
+            results = [subprocess.CompletedProcess(a.args, a.returncode, *out) for a, out in zip(agents, outputs)]
         finally:
             for agent in agents:  # a job that outlived the bound leaves no torchrun tree behind
                 with contextlib.suppress(ProcessLookupError):
