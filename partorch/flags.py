@@ -87,7 +87,7 @@ def _optimisation_flags(add):
         help="cut each rank's share of a batch into this many micro-batches, all-reducing once per step: "
              "less memory, same global batch (default: %(default)s)")
     add("--amp", choices=["off", "bf16", "fp16"], default="off",
-        help="mixed precision: bf16 on CPU or GPU, fp16 on GPU with loss scaling (default: %(default)s)")
+        help="mixed precision: bf16 on GPUs and AVX-512 CPUs, fp16 on GPU with loss scaling (default: %(default)s)")
     add("--random-seed", "--seed", dest="seed", type=int, default=1729,
         help="seed for split, initialisation and batch order (default: %(default)s)")
 

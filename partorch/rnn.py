@@ -19,6 +19,18 @@ def reverse_each(x, lengths):
     return x.gather(1, index.unsqueeze(-1).expand_as(x))
 
 
+def lstm_runs_in_bfloat16(device):
+    """Whether `device` has bfloat16 LSTM kernels (--amp bf16): oneDNN's need
+    AVX-512 on x86 CPUs, and on AVX2-only CPUs the call fails."""
+    lstm = nn.LSTM(2, 2).to(device)
+    try:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            lstm(torch.zeros(1, 1, 2, device=device))
+        return True
+    except RuntimeError:
+        return False
+
+
 class RNNPredictor(nn.Module):
     def __init__(self, vocab_size, *, embedding_dim=128, d_model=128, num_layers=3,
                  bidirectional=True, dropout=0.2, num_outputs=1):
@@ -26,15 +38,10 @@ class RNNPredictor(nn.Module):
         self.bidirectional, self.num_outputs = bidirectional, num_outputs
         directions = 2 if bidirectional else 1
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
-        # One single-layer LSTM per layer and direction (rather than one
-        # multi-layer nn.LSTM) so the backward direction can read each
-        # molecule reversed in place; on CPU this is as fast as the fused call.
-        self.forward_layers = nn.ModuleList(
-            nn.LSTM(embedding_dim if i == 0 else directions * d_model, d_model, batch_first=True)
-            for i in range(num_layers))
-        self.backward_layers = nn.ModuleList(
-            nn.LSTM(embedding_dim if i == 0 else directions * d_model, d_model, batch_first=True)
-            for i in range(num_layers)) if bidirectional else nn.ModuleList()
+        # All layers and directions in one nn.LSTM: a batch of one length runs it as a single
+        # fused call (oneDNN, cuDNN); batches of mixed lengths run its weights layer by layer.
+        self.lstm = nn.LSTM(embedding_dim, d_model, num_layers, batch_first=True, bidirectional=bidirectional,
+                            dropout=dropout if num_layers > 1 else 0.0)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Sequential(
             nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, num_outputs))
@@ -43,22 +50,37 @@ class RNNPredictor(nn.Module):
         """Last-layer summary: forward state at the last token, plus the
         backward state after reading the whole molecule back to its first."""
         x = self.embedding(tokens)
-        for i, forward_lstm in enumerate(self.forward_layers):
-            if i > 0:
-                x = self.dropout(x)
-            outputs = [forward_lstm(x)[0]]
+        if bool((lengths == tokens.shape[1]).all()):  # no padding: nothing to mask or reverse
+            _, (final, _) = self.lstm(x)
+            return torch.cat([final[-2], final[-1]], dim=-1) if self.bidirectional else final[-1]
+        return self._encode_mixed_lengths(x, lengths)
+
+    def _encode_mixed_lengths(self, x, lengths):
+        """The same function as the fused call, exact for padded molecules: the
+        backward direction reads each molecule reversed in place, starting at
+        its real last token, so no molecule depends on its batch's padding."""
+        for layer in range(self.lstm.num_layers):
+            if layer > 0:
+                x = self.dropout(x)  # where nn.LSTM applies its dropout: between layers
+            outputs = [self._run_layer(x, layer, "")]
             if self.bidirectional:
-                backward, _ = self.backward_layers[i](reverse_each(x, lengths))
-                outputs.append(reverse_each(backward, lengths))
+                outputs.append(reverse_each(self._run_layer(reverse_each(x, lengths), layer, "_reverse"), lengths))
             x = torch.cat(outputs, dim=-1)
-        last = (lengths.to(tokens.device) - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
+        last = (lengths.to(x.device) - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
         forward_final = x.gather(1, last).squeeze(1)
         if not self.bidirectional:
             return forward_final
         d = x.shape[-1] // 2
-        # Forward half at the last token, backward half at the first token,
-        # where the backward pass ends.
+        # forward half at the last token, backward half at the first, where the backward pass ends
         return torch.cat([forward_final[:, :d], x[:, 0, d:]], dim=-1)
+
+    def _run_layer(self, x, layer, direction):
+        """One layer, one direction of self.lstm, on [batch, time, features]."""
+        weights = [getattr(self.lstm, f"{name}_l{layer}{direction}")
+                   for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        zeros = x.new_zeros(1, x.shape[0], self.lstm.hidden_size)
+        output, _, _ = torch.lstm(x, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True)
+        return output
 
     def forward(self, tokens, lengths):
         """Outputs [batch, num_outputs]: logits for classification, standardised values for regression."""

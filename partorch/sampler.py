@@ -18,21 +18,26 @@ def check_divisible(batch_size, world_size):
 
 
 class LengthBucketBatchSampler:
-    """Global batches of items of similar length, each split across ranks.
+    """Global batches of items of one length where possible, else of similar
+    length, each split across ranks.
 
     Every rank draws the same global batches (same seed and epoch) and keeps
     its own slice, so together the ranks see each item exactly once per
-    epoch, with no padding duplicates. Similar lengths mean little padding.
+    epoch, with no padding duplicates. A length shared by at least a batch of
+    items gives full batches of that length alone (no padding: the model runs
+    them as one fused call); the items left over are sorted by length and
+    cut into batches (little padding). Which items share a batch is drawn
+    from (seed, epoch), as is the order of the batches.
     Without `lengths` (fixed-size inputs) it is a plain shuffled sampler.
     """
 
-    def __init__(self, lengths, batch_size, *, world_size=1, rank=0, shuffle=False, seed=0, pool_batches=32):
+    def __init__(self, lengths, batch_size, *, world_size=1, rank=0, shuffle=False, seed=0):
         check_divisible(batch_size, world_size)
         if shuffle and len(lengths) < world_size:
             raise DataError(f"{len(lengths)} training molecules are too few for {world_size} processes")
         self.lengths = np.asarray(lengths)
         self.batch_size, self.world_size, self.rank = batch_size, world_size, rank
-        self.shuffle, self.seed, self.pool_batches = shuffle, seed, pool_batches
+        self.shuffle, self.seed = shuffle, seed
         self.epoch = 0
 
     def set_epoch(self, epoch):
@@ -44,12 +49,12 @@ class LengthBucketBatchSampler:
             return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         rng = np.random.default_rng([self.seed, self.epoch])
         order = rng.permutation(len(self.lengths))
-        pool = self.batch_size * self.pool_batches
-        batches = []
-        for start in range(0, len(order), pool):
-            chunk = order[start:start + pool]
-            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        order = order[np.argsort(self.lengths[order], kind="stable")]  # by length; random within a length
+        groups = np.split(order, np.flatnonzero(np.diff(self.lengths[order])) + 1)
+        size = self.batch_size
+        batches = [g[i:i + size] for g in groups for i in range(0, len(g) - size + 1, size)]
+        leftovers = np.concatenate([g[len(g) - len(g) % size:] for g in groups])
+        batches += [leftovers[i:i + size] for i in range(0, len(leftovers), size)]
         # A last batch smaller than the world would leave some rank with
         # nothing to do, and that rank would skip the gradient all-reduce:
         # merge it into the one before. The threshold does not depend on the

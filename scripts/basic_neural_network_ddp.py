@@ -58,7 +58,7 @@ from partorch.report import write_report
 from partorch.datasets import TrainingData, smiles_dataset
 from partorch.distributed import digest
 from partorch.molecule_csv import read_molecule_csv
-from partorch.rnn import RNNPredictor
+from partorch.rnn import RNNPredictor, lstm_runs_in_bfloat16
 from partorch.splits import split_molecules
 from partorch.tasks import build_task, choose_task_kind
 from partorch.tokenizer import build_tokenizer
@@ -93,6 +93,8 @@ def build_model(args, data):
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, bidirectional=args.bidirectional,
                    dropout=args.dropout, num_outputs=len(data.task.columns))
+    if args.amp == "bf16" and not lstm_runs_in_bfloat16(args.device):
+        raise PartorchError(f"--amp bf16: this {args.device.type.upper()} has no bfloat16 LSTM kernels; use --amp off")
     return RNNPredictor(**hparams), hparams
 # ========================================= END ADAPT =========================================
 

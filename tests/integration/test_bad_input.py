@@ -120,3 +120,21 @@ def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     again = [e for e in errors if e not in first]
     assert len(again) >= 3 and all("no column 'p_np'" in e and "stopped on this" in e for e in again)
     assert not our_traceback(result.stderr)
+
+
+@pytest.mark.timeout(90)
+def test_bf16_on_a_cpu_without_bfloat16_lstm_kernels_is_one_line(tmp_path, bbbp_subset):
+    """oneDNN's bfloat16 LSTM needs AVX-512: on an AVX2-only CPU (this project's
+    development machine) --amp bf16 stops with one line on every rank; elsewhere it trains."""
+    import torch
+    from partorch.rnn import lstm_runs_in_bfloat16
+    result = run_script([DDP, bbbp_subset, "--output-dir", tmp_path / "out", *FAST_FLAGS, "--amp", "bf16"],
+                        nproc=2, timeout=80)
+    if lstm_runs_in_bfloat16(torch.device("cpu")):
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert (tmp_path / "out" / "metrics.json").exists()
+    else:
+        assert result.returncode != 0
+        errors = error_lines(result.stderr)
+        assert len(errors) == 2 and all("--amp bf16: this CPU has no bfloat16 LSTM kernels" in e for e in errors)
+        assert not our_traceback(result.stderr)

@@ -123,6 +123,19 @@ def test_bucket_sampler_groups_similar_lengths():
     assert padded < 1.1 * lengths.sum()
 
 
+def test_bucket_sampler_fills_whole_batches_with_one_length_where_it_can():
+    """Batches without padding run as one fused LSTM call: a length held by
+    130 items gives two full batches of 64 of it alone, every epoch."""
+    lengths = np.concatenate([np.full(130, 10), np.random.default_rng(1).integers(11, 40, size=300)])
+    sampler = LengthBucketBatchSampler(lengths, 64, world_size=2, rank=1, shuffle=True, seed=0)
+    for epoch in (1, 2):
+        sampler.set_epoch(epoch)
+        batches = [lengths[b] for b in sampler]
+        uniform = [b for b in batches if len(set(b)) == 1 and b[0] == 10]
+        assert len(uniform) == 2 and all(len(b) == 32 for b in uniform)
+        assert sum(int((b == 10).sum()) for b in batches) == 65  # this rank: 32 + 32, and 1 of the 2 left over
+
+
 def test_batch_not_divisible_by_world_size_is_refused():
     with pytest.raises(DataError, match="batch size 63 is not divisible by world size 2"):
         LengthBucketBatchSampler(np.ones(10), 63, world_size=2)

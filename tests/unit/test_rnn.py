@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from partorch.datasets import collate_token_ids
@@ -33,8 +34,12 @@ def test_bidirectional_summary_uses_forward_and_backward_final_states():
     tokens, lengths, _ = _batch([7])
     summary = model.encode(tokens, lengths)
     embedded = model.embedding(tokens)
-    forward_final = model.forward_layers[0](embedded)[0][:, -1]
-    backward_final = model.backward_layers[0](embedded.flip(1))[0][:, -1]
+    one_way = torch.nn.LSTM(8, 6, batch_first=True)
+    one_way.load_state_dict({k: v for k, v in model.lstm.state_dict().items() if not k.endswith("_reverse")})
+    forward_final = one_way(embedded)[0][:, -1]
+    one_way.load_state_dict({k.removesuffix("_reverse"): v for k, v in model.lstm.state_dict().items()
+                             if k.endswith("_reverse")})
+    backward_final = one_way(embedded.flip(1))[0][:, -1]
     assert torch.allclose(summary[:, :6], forward_final, atol=1e-6)
     assert torch.allclose(summary[:, 6:], backward_final, atol=1e-6)
     assert not torch.allclose(summary[:, :6], summary[:, 6:], atol=1e-3)
@@ -43,10 +48,44 @@ def test_bidirectional_summary_uses_forward_and_backward_final_states():
 def test_backward_direction_of_the_last_layer_reaches_the_logit():
     torch.manual_seed(0)
     model = RNNPredictor(20, embedding_dim=8, d_model=6, num_layers=3, dropout=0.0)
-    tokens, lengths, _ = _batch([7, 4])
-    model(tokens, lengths).sum().backward()
-    for layer in (model.forward_layers[-1], model.backward_layers[-1]):
-        assert layer.weight_hh_l0.grad.abs().sum() > 0
+    for lengths in ([7, 4], [5, 5]):  # the layer-by-layer path and the fused call
+        model.zero_grad()
+        tokens, lengths, _ = _batch(lengths)
+        model(tokens, lengths).sum().backward()
+        for name in ("weight_hh_l2", "weight_hh_l2_reverse"):
+            assert getattr(model.lstm, name).grad.abs().sum() > 0
+
+
+def _exact_model(**kwargs):
+    torch.manual_seed(0)
+    return RNNPredictor(20, embedding_dim=16, d_model=16, num_layers=3, dropout=0.0, **kwargs)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_fused_call_equals_the_layer_by_layer_path(bidirectional):
+    """A batch of one length runs as one nn.LSTM call; it must compute what the
+    exact padded path computes, outputs and gradients alike."""
+    model = _exact_model(bidirectional=bidirectional)
+    tokens, lengths, _ = _batch([11] * 6, seed=2)
+    fused = model(tokens, lengths)
+    fused.sum().backward()
+    fused_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    layered = model.head(model._encode_mixed_lengths(model.embedding(tokens), lengths))
+    layered.sum().backward()
+    assert torch.allclose(fused, layered, atol=1e-5)
+    for fused_grad, p in zip(fused_grads, model.parameters()):
+        assert torch.allclose(fused_grad, p.grad, atol=1e-5)
+
+
+def test_every_molecule_scores_as_it_does_alone():
+    """Odd lengths among equal ones: each molecule's logit equals the fused call on it alone."""
+    model = _exact_model().eval()
+    tokens, lengths, _ = _batch([12, 12, 5, 12, 30, 1], seed=3)
+    with torch.no_grad():
+        together = model(tokens, lengths)
+        alone = torch.cat([model(tokens[i:i + 1, :n], lengths[i:i + 1]) for i, n in enumerate(lengths.tolist())])
+    assert torch.allclose(together, alone, atol=1e-5)
 
 
 def test_padding_never_changes_a_prediction():
