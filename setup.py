@@ -19,5 +19,6 @@ setup(
     python_requires=">=3.10",
     # torch: the oldest release this project has been run with (see the README)
     install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],
-    extras_require={"chem": ["rdkit"], "notebooks": NOTEBOOKS, "test": TEST},
+    # bench: scripts/benchmark.py --lightning alone; nothing else imports Lightning
+    extras_require={"chem": ["rdkit"], "notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning"]},
 )

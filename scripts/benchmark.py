@@ -1,19 +1,24 @@
 """Training throughput on this machine: partorch against the tutorial's loop,
-and against itself on 1, 2, ... processes.
+against PyTorch Lightning, and against itself on 1, 2, ... processes.
 
-    python scripts/benchmark.py --reference                      # BBBP and HIV, writes docs/benchmarks.md
+    python scripts/benchmark.py --reference --lightning          # BBBP and HIV, writes docs/benchmarks.md
     python scripts/benchmark.py --datasets my.csv --label-column y --steps 10
 
 For each data set it launches, via torchrun, a fixed number of training steps
 of the default model on 1 process with all cores, then 1, 2, ... processes of
-one thread each (or one per GPU), and with --reference the tutorial's data
-path and loop on 1 process. Reported: samples/s, tokens/s, model FLOP/s, MFU
-against a float32 matmul peak measured in the same run, and peak memory per
-process. Figures are whatever this machine does while it runs: compare the
-ratios within one run.
+one thread each (or one per GPU); the same with the layer-by-layer LSTM path
+the fused call replaced; and the control for DDP's own cost: N processes
+training alone at once, with no gradient exchange. With --reference, the
+tutorial's data path and loop on 1 process; with --lightning (pip install -e
+'.[bench]'), whole epochs of Lightning's DDP and of partorch's DDP script
+side by side, with their test ROC AUC. Reported: samples/s, tokens/s, model
+FLOP/s, MFU against a float32 matmul peak measured in the same run, and peak
+memory per process. Figures are whatever this machine does while it runs:
+compare the ratios within one run.
 """
 import argparse
 from datetime import timedelta
+import importlib.util
 import itertools
 import json
 import os
@@ -81,7 +86,7 @@ def measure(args, rank, world_size):
     train = split_indices(len(labels), seed=0, classes=labels.astype(int)).train
     tokenizer = SmilesTokenizer.build(table.smiles)
     smiles, labels = [table.smiles[i] for i in train], labels[train]
-    setup = reference_setup if args.reference else partorch_setup
+    setup = reference_setup if args.loop == "tutorial" else partorch_setup
     steps_per_epoch, run = setup(args, (rank, world_size, device), smiles, labels, tokenizer)
     run(args.warmup)
     start = time.perf_counter()
@@ -131,8 +136,11 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
     loader = get_ddp_dataloader(rank=rank, world_size=world_size, smiles_list=smiles, labels=labels,
                                 tokenizer=tokenizer, batch_size=args.batch_size, shuffle=True)
     model = RNNPredictor(tokenizer.vocab_size, **MODEL).to(device)
-    ddp_model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                        gradient_as_bucket_view=True)
+    if args.loop == "layer-by-layer":  # the path every batch took before the fused call
+        model.encode = lambda tokens, lengths: model._encode_mixed_lengths(model.embedding(tokens), lengths)
+    # "independent": the control, each process training alone (no gradient exchange) on its shard
+    ddp_model = model if args.loop == "independent" else DistributedDataParallel(
+        model, device_ids=[device] if device.type == "cuda" else None, gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True, device=device)
@@ -173,8 +181,9 @@ def peak_memory_mb(device):
 
 
 # ---------------------------------------------------------------- driver side
-def launch(args, dataset, procs, threads, reference=False, batch_size=None):
+def launch(args, dataset, procs, threads, loop="partorch", batch_size=None):
     """One torchrun job; its result as a dict (with the configuration added)."""
+    reference = loop == "tutorial"
     path, smiles_column, label_column = dataset
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
@@ -183,18 +192,17 @@ def launch(args, dataset, procs, threads, reference=False, batch_size=None):
                    "--label-column", label_column, "--threads", str(threads), "--out", str(out),
                    "--steps", str(args.reference_steps if reference else args.steps),
                    "--warmup", str(1 if reference else args.warmup),
-                   "--batch-size", str(batch_size or args.batch_size), "--amp", args.amp]
-        command += ["--reference"] if reference else []
+                   "--batch-size", str(batch_size or args.batch_size), "--amp", args.amp, "--loop", loop]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         run_job(command, env)
         result = json.loads(out.read_text())
-    result.update(dataset=Path(path).name, procs=procs, threads=threads, reference=reference,
+    result.update(dataset=Path(path).name, procs=procs, threads=threads, loop=loop,
                   global_batch=batch_size or args.batch_size)
     result["samples_per_second"] = result["samples"] / result["seconds"]
     result["tokens_per_second"] = result["tokens"] / result["seconds"]
     result["flops_per_second"] = lstm_training_flops(result["tokens"], **MODEL) / result["seconds"]
     result["epoch_seconds"] = result["seconds"] / result["steps"] * result["steps_per_epoch"]
-    print(f"{result['dataset']:>9} {'tutorial' if reference else 'partorch':>8} {procs} proc x {threads} thr: "
+    print(f"{result['dataset']:>9} {loop:>14} {procs} proc x {threads} thr: "
           f"batch {result['global_batch']}: {result['samples_per_second']:8.1f} samples/s", flush=True)
     return result
 
@@ -219,16 +227,55 @@ def run_job(command, env, attempts=2):
         print(f"warning: a worker died from a signal; running the job again:\n{log}", file=sys.stderr, flush=True)
 
 
+def against_lightning(args, dataset, procs):
+    """Lightning's DDP (scripts/lightning_reference.py) and partorch's DDP
+    script: same model, split, global batch, epochs and processes of one thread."""
+    path, smiles_column, label_column = dataset
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    common = [path, "--smiles-column", smiles_column, "--label-column", label_column, "--epochs",
+              str(args.lightning_epochs), "--batch-size", str(args.batch_size)]
+    with tempfile.TemporaryDirectory() as tmp:
+        run_job([sys.executable, str(ROOT / "scripts" / "lightning_reference.py"), *common, "--devices", str(procs),
+                 "--out", f"{tmp}/lightning.json", "--work-dir", f"{tmp}/lightning"], env)
+        lightning = json.loads(Path(tmp, "lightning.json").read_text())
+        run_job([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}",
+                 str(ROOT / "scripts" / "basic_neural_network_ddp.py"), *common, "--patience", "0", "--quiet",
+                 "--output-dir", f"{tmp}/partorch"], env)
+        metrics = json.loads(Path(tmp, "partorch", "metrics.json").read_text())
+    train = training_molecules(dataset)
+    seconds = itertools.accumulate(train / row["samples_per_second"] for row in metrics["history"])
+    partorch = dict(samples_per_second=metrics["train_samples_per_second"], test_roc_auc=metrics["test_roc_auc"],
+                    dev_curve=[(s, row["dev_roc_auc"]) for s, row in zip(seconds, metrics["history"])])
+    for name, figures in (("Lightning", lightning), ("partorch", partorch)):
+        print(f"{Path(path).name:>9} {name:>14} {procs} proc x 1 thr: {figures['samples_per_second']:8.1f} samples/s,"
+              f" test ROC AUC {figures['test_roc_auc']:.4f} after {args.lightning_epochs} epochs", flush=True)
+    return dict(dataset=Path(path).name, procs=procs, epochs=args.lightning_epochs, lightning=lightning,
+                partorch=partorch)
+
+
+def training_molecules(dataset):
+    """Training molecules of the scripts' default split (stratified, seed 1729)."""
+    from partorch import read_molecule_csv, split_indices
+    path, smiles_column, label_column = dataset
+    labels = read_molecule_csv(path, smiles_column, [label_column]).labels[:, 0]
+    return len(split_indices(len(labels), 1729, classes=labels.astype(int)).train)
+
+
 def configurations(max_procs, cores, batch_size):
-    """(procs, threads, global batch): all cores in one process, then 1..N
-    processes of one thread at the same global batch (strong scaling), and
-    at N times the batch, so each process keeps the batch of one (weak scaling)."""
-    configs = [(1, cores, batch_size)] if cores > 1 else []
-    configs += [(p, 1, batch_size) for p in range(1, max_procs + 1)]
-    configs += [(p, 1, batch_size * p) for p in range(2, max_procs + 1)]
-    # one process at the per-process batch of p processes: separates what the
-    # smaller batch costs from what the gradient exchange costs
-    return configs + [(1, 1, batch_size // p) for p in range(2, max_procs + 1) if batch_size // p > 0]
+    """(loop, procs, threads, global batch): all cores in one process, then
+    1..N processes of one thread at the same global batch (strong scaling),
+    and at N times the batch, so each process keeps the batch of one (weak
+    scaling); the layer-by-layer LSTM path every batch took before the fused
+    call; and the controls."""
+    configs = [("partorch", 1, cores, batch_size)] if cores > 1 else []
+    configs += [("partorch", p, 1, batch_size) for p in range(1, max_procs + 1)]
+    configs += [("partorch", p, 1, batch_size * p) for p in range(2, max_procs + 1)]
+    configs += [("layer-by-layer", max_procs, 1, batch_size)]
+    # N processes training alone at once, each on its shard at the batch one DDP process gets: what
+    # DDP itself costs, with the cores, caches and memory bus as busy as in the DDP row
+    configs += [("independent", p, 1, batch_size) for p in range(2, max_procs + 1)]
+    # one process at the per-process batch of p processes, alone on the machine
+    return configs + [("partorch", 1, 1, batch_size // p) for p in range(2, max_procs + 1) if batch_size // p > 0]
 
 
 def markdown_report(results, peaks, args, command):
@@ -251,11 +298,11 @@ def markdown_report(results, peaks, args, command):
              "| peak MB / process | vs 1 process x 1 thread |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        base = next((b for b in results if b["dataset"] == r["dataset"] and not b["reference"]
+        base = next((b for b in results if b["dataset"] == r["dataset"] and b["loop"] == "partorch"
                      and b["procs"] == 1 and b["threads"] == 1 and b["global_batch"] == args.batch_size), r)
         used = min(r["procs"] * r["threads"], cores)
         peak = peaks.get(used) or peaks[max(peaks)]
-        lines.append(f"| {r['dataset']} | {'tutorial' if r['reference'] else 'partorch'} | {r['procs']} x {r['threads']} "
+        lines.append(f"| {r['dataset']} | {r['loop']} | {r['procs']} x {r['threads']} "
                      f"| {r['global_batch']} "
                      f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | {r['flops_per_second'] / 1e9:.2f} "
                      f"| {100 * r['flops_per_second'] / peak:.0f} % | {r['epoch_seconds']:.1f} "
@@ -265,19 +312,60 @@ def markdown_report(results, peaks, args, command):
 
 
 def scaling_notes(results, batch_size):
-    """Strong scaling split in two: the per-process batch shrinks, and the
-    gradients are exchanged. Compare p processes with p times one process
-    running the batch each of them gets."""
+    """What DDP itself costs: p DDP processes against p processes training
+    alone at the same time, and against p times one process alone on the
+    machine, all at the per-process batch of the DDP row."""
     notes = []
     for r in results:
-        alone = next((a for a in results if a["dataset"] == r["dataset"] and not a["reference"] and a["procs"] == 1
-                      and a["threads"] == 1 and a["global_batch"] == batch_size // r["procs"]), None)
-        if r["procs"] > 1 and r["global_batch"] == batch_size and alone:
+        if r["loop"] != "partorch" or r["procs"] == 1 or r["global_batch"] != batch_size:
+            continue
+        same = lambda a, loop, procs: (a["dataset"] == r["dataset"] and a["loop"] == loop and a["procs"] == procs
+                                       and a["threads"] == 1 and a["global_batch"] == batch_size // r["procs"] * procs)
+        control = next((a for a in results if same(a, "independent", r["procs"])), None)
+        alone = next((a for a in results if same(a, "partorch", 1)), None)
+        if control:
+            notes.append(f"- {r['dataset']}: {r['procs']} DDP processes at global batch {batch_size} run "
+                         f"{r['samples_per_second']:.1f} samples/s, {100 * r['samples_per_second'] / control['samples_per_second']:.0f} % of "
+                         f"{r['procs']} independent processes at batch {batch_size // r['procs']} each running at once "
+                         f"({control['samples_per_second']:.1f}).")
+        if alone:
             ideal = r["procs"] * alone["samples_per_second"]
-            notes.append(f"- {r['dataset']}: {r['procs']} processes at global batch {batch_size} run "
-                         f"{r['samples_per_second']:.1f} samples/s, {100 * r['samples_per_second'] / ideal:.0f} % of "
-                         f"{r['procs']} x one process at batch {alone['global_batch']} ({ideal:.1f}).")
+            notes.append(f"- {r['dataset']}: the same is {100 * r['samples_per_second'] / ideal:.0f} % of {r['procs']} x "
+                         f"one process at batch {alone['global_batch']} alone on the machine ({ideal:.1f}).")
     return ["", "Where strong scaling goes:", *notes] if notes else []
+
+
+def seconds_to(curve, target):
+    """Training seconds until dev ROC AUC first reached `target`, or None."""
+    return next((seconds for seconds, score in curve if score >= target), None)
+
+
+def lightning_report(comparison, results, batch_size, target=0.90):
+    if comparison is None:
+        return ""
+    name, procs, epochs = comparison["dataset"], comparison["procs"], comparison["epochs"]
+    lines = ["", f"## Against PyTorch Lightning and the tutorial's loop ({name})", "",
+             f"Whole epochs: {epochs} of each, {procs} processes x 1 thread, global batch {batch_size}, the default "
+             "model, split (stratified, seed 1729) and AdamW; test ROC AUC of the best dev epoch. Lightning as its "
+             "documentation shows DDP: a LightningModule, plain `DataLoader`s (random batches, each molecule "
+             "tokenized when read), `Trainer(strategy=\"ddp\")` (`scripts/lightning_reference.py`).", "",
+             f"| loop | training samples/s | test ROC AUC | training s to dev ROC AUC {target:.2f} | vs Lightning |",
+             "|---|---|---|---|---|"]
+    base = comparison["lightning"]["samples_per_second"]
+    for loop in ("lightning", "partorch"):
+        figures = comparison[loop]
+        reached = seconds_to(figures["dev_curve"], target)
+        lines.append(f"| {'PyTorch Lightning' if loop == 'lightning' else 'partorch (basic_neural_network_ddp.py)'} "
+                     f"| {figures['samples_per_second']:.1f} | {figures['test_roc_auc']:.3f} "
+                     f"| {'not reached' if reached is None else f'{reached:.0f}'} "
+                     f"| {figures['samples_per_second'] / base:.2f}x |")
+    tutorial = next((r for r in results if r["loop"] == "tutorial" and r["dataset"] == name), None)
+    ours = next((r for r in results if r["loop"] == "partorch" and r["dataset"] == name and r["procs"] == procs
+                 and r["threads"] == 1 and r["global_batch"] == batch_size), None)
+    if tutorial and ours:
+        lines += ["", f"The tutorial's loop (table above, 1 process x all cores) ran {tutorial['samples_per_second']:.1f}"
+                      f" samples/s: partorch on {procs} processes runs {ours['samples_per_second'] / tutorial['samples_per_second']:.1f}x that."]
+    return "\n".join(lines) + "\n"
 
 
 def plot(results, path):
@@ -287,7 +375,7 @@ def plot(results, path):
 
     figure, ax = plt.subplots(figsize=(6.5, 4.5))
     for name in sorted({r["dataset"] for r in results}):
-        ours = [r for r in results if r["dataset"] == name and not r["reference"] and r["threads"] == 1]
+        ours = [r for r in results if r["dataset"] == name and r["loop"] == "partorch" and r["threads"] == 1]
         one = max((r for r in ours if r["procs"] == 1), key=lambda r: r["global_batch"])
         for label, keep, style in (("same global batch", lambda r: r["global_batch"] == one["global_batch"], "-"),
                                    ("same batch per process", lambda r: r["global_batch"] == one["global_batch"] * r["procs"], ":")):
@@ -318,31 +406,41 @@ def main():
     parser.add_argument("--reference", action="store_true", help="also time the tutorial's loop (first data set only)")
     parser.add_argument("--reference-steps", type=int, default=6, help="(default: %(default)s, one BBBP epoch)")
     parser.add_argument("--reference-batch-size", type=int, default=256)
+    parser.add_argument("--lightning", action="store_true",
+                        help="also train with PyTorch Lightning's DDP and partorch's DDP script for --lightning-epochs "
+                             "epochs each (first data set only; needs pip install -e '.[bench]')")
+    parser.add_argument("--lightning-epochs", type=int, default=5, help="(default: %(default)s)")
     parser.add_argument("--output-dir", default="docs", help="where benchmarks.md and the plot go (default: %(default)s)")
     # the worker side, launched by torchrun
     for flag in ("--dataset", "--out"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loop", default="partorch", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
     datasets = ([(d, args.smiles_column, args.label_column or "p_np") for d in args.datasets]
                 if args.datasets else DEFAULT_DATASETS)
+    if args.lightning and importlib.util.find_spec("lightning") is None:
+        raise SystemExit("error: --lightning needs PyTorch Lightning: pip install -e '.[bench]'")
     cores = os.cpu_count()
     peaks = {t: matmul_peak(t) for t in sorted({1, cores})}
     results = []
     if args.reference:
-        results.append(launch(args, datasets[0], 1, cores, reference=True, batch_size=args.reference_batch_size))
+        results.append(launch(args, datasets[0], 1, cores, loop="tutorial", batch_size=args.reference_batch_size))
     for dataset in datasets:
-        results += [launch(args, dataset, p, t, batch_size=b) for p, t, b in configurations(args.max_procs, cores,
-                                                                                             args.batch_size)]
+        results += [launch(args, dataset, p, t, loop, batch_size=b)
+                    for loop, p, t, b in configurations(args.max_procs, cores, args.batch_size)]
+    lightning = against_lightning(args, datasets[0], args.max_procs) if args.lightning else None
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     command = "python scripts/benchmark.py " + " ".join(sys.argv[1:])
     (output / "benchmarks.md").write_text(markdown_report(results, peaks, args, command)
+                                          + lightning_report(lightning, results, args.batch_size)
                                           + "\n![scaling](benchmark_scaling.png)\n")
-    (output / "benchmarks.json").write_text(json.dumps(dict(peaks=peaks, results=results), indent=1))
+    (output / "benchmarks.json").write_text(json.dumps(dict(peaks=peaks, results=results, lightning=lightning),
+                                                       indent=1))
     plot(results, output / "benchmark_scaling.png")
     print(f"wrote {output / 'benchmarks.md'} and {output / 'benchmark_scaling.png'}")
 

@@ -28,12 +28,33 @@ def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
     assert "| bbbp300.csv | tutorial | 1 x" in report and "| bbbp300.csv | partorch | 2 x 1 | 64 |" in report
     assert "| bbbp300.csv | partorch | 2 x 1 | 128 |" in report  # weak scaling: the batch of one process each
     assert "| bbbp300.csv | partorch | 1 x 1 | 32 |" in report  # one process at the batch each of two gets
-    assert "- bbbp300.csv: 2 processes at global batch 64 run" in report
+    assert "| bbbp300.csv | independent | 2 x 1 | 64 |" in report  # the control: no gradient exchange
+    assert "| bbbp300.csv | layer-by-layer | 2 x 1 | 64 |" in report  # the LSTM path before the fused call
+    assert "- bbbp300.csv: 2 DDP processes at global batch 64 run" in report and "independent processes" in report
     assert (out / "benchmark_scaling.png").stat().st_size > 1000
     results = json.loads((out / "benchmarks.json").read_text())["results"]
-    assert {(r["procs"], r["reference"]) for r in results} >= {(1, True), (1, False), (2, False)}
+    assert {(r["procs"], r["loop"]) for r in results} >= {(1, "tutorial"), (1, "partorch"), (2, "partorch"),
+                                                          (2, "independent")}
     assert all(r["samples"] > 0 and r["tokens"] > r["samples"] and len(r["peak_memory_mb"]) == r["procs"]
                for r in results)
+
+
+@pytest.mark.timeout(300)
+def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subset):
+    """--lightning: Lightning's DDP and partorch's DDP script, whole epochs each, in one report."""
+    if importlib.util.find_spec("lightning") is None:
+        pytest.skip("PyTorch Lightning is not installed (the optional bench extra: pip install -e '.[bench]')")
+    out = tmp_path / "docs"
+    result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "1", "--warmup", "1",
+                         "--max-procs", "2", "--lightning", "--lightning-epochs", "2", "--output-dir", out],
+                        timeout=280)
+    assert result.returncode == 0, result.stderr[-6000:]
+    comparison = json.loads((out / "benchmarks.json").read_text())["lightning"]
+    for loop in ("lightning", "partorch"):
+        assert comparison[loop]["samples_per_second"] > 0 and 0.0 <= comparison[loop]["test_roc_auc"] <= 1.0
+        assert len(comparison[loop]["dev_curve"]) == 2  # one dev score per epoch
+    report = (out / "benchmarks.md").read_text()
+    assert "| PyTorch Lightning |" in report and "| partorch (basic_neural_network_ddp.py) |" in report
 
 
 @pytest.mark.timeout(200)
