@@ -31,6 +31,16 @@ def lstm_runs_in_bfloat16(device):
         return False
 
 
+def _rename_per_layer_weights(state_dict, prefix, *_):
+    """Models saved before the fused LSTM held one single-layer LSTM per layer
+    and direction (forward_layers.1.weight_ih_l0): their weights, renamed, are
+    this model's (lstm.weight_ih_l1), so their folders still load."""
+    for key in [k for k in state_dict if k.startswith((f"{prefix}forward_layers.", f"{prefix}backward_layers."))]:
+        group, layer, name = key[len(prefix):].split(".")
+        suffix = "_reverse" if group == "backward_layers" else ""
+        state_dict[f"{prefix}lstm.{name.removesuffix('_l0')}_l{layer}{suffix}"] = state_dict.pop(key)
+
+
 class RNNPredictor(nn.Module):
     def __init__(self, vocab_size, *, embedding_dim=128, d_model=128, num_layers=3,
                  bidirectional=True, dropout=0.2, num_outputs=1):
@@ -45,6 +55,7 @@ class RNNPredictor(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Sequential(
             nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, num_outputs))
+        self._register_load_state_dict_pre_hook(_rename_per_layer_weights)
 
     def encode(self, tokens, lengths):
         """Last-layer summary: forward state at the last token, plus the

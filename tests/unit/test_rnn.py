@@ -102,3 +102,23 @@ def test_model_holds_no_optimizer_or_loss():
     model = RNNPredictor(20)
     assert not any(isinstance(m, torch.nn.modules.loss._Loss) for m in model.modules())
     assert not any(isinstance(v, torch.optim.Optimizer) for v in vars(model).values())
+
+
+def test_a_model_saved_with_one_lstm_per_layer_and_direction_still_loads():
+    """Before the fused call the weights were forward_layers.<i>.* and backward_layers.<i>.*."""
+    model = _exact_model().eval()
+    old = {}
+    for key, value in model.state_dict().items():
+        if key.startswith("lstm."):
+            name, layer = key[len("lstm."):].split("_l")
+            group = "backward_layers" if layer.endswith("_reverse") else "forward_layers"
+            key = f"{group}.{layer.removesuffix('_reverse')}.{name}_l0"
+        old[key] = value.clone()
+    assert "backward_layers.2.weight_hh_l0" in old
+    reloaded = _exact_model()
+    torch.nn.init.zeros_(reloaded.lstm.weight_hh_l2_reverse)
+    reloaded.load_state_dict(old)
+    reloaded.eval()
+    tokens, lengths, _ = _batch([4, 9])
+    with torch.no_grad():
+        assert torch.equal(reloaded(tokens, lengths), model(tokens, lengths))
