@@ -289,7 +289,10 @@ def markdown_report(results, peaks, args, command):
              f"Model: 3-layer bidirectional LSTM, embedding 128, hidden 128. partorch: global batch {args.batch_size},"
              f" length-bucketed, {args.steps} timed steps after {args.warmup} warm-up steps. Tutorial reference:"
              f" batches of {args.reference_batch_size}, packed sequences, 2 DataLoader workers re-spawned every epoch,"
-             f" `loss.item()` and a TensorBoard write every step, {args.reference_steps} timed steps.", "",
+             f" `loss.item()` and a TensorBoard write every step, {args.reference_steps} timed steps.",
+             "Loops: `partorch` is the DDP script's own train_one_epoch; `layer-by-layer` the same with every batch"
+             " on the padded path (what every batch took before the fused call); `independent` the same processes"
+             " training alone at once, with no DDP wrapper and no gradient exchange (the control for DDP's cost).", "",
              "Float32 matmul peak measured in this run: " + ", ".join(
                  f"{t} thread{'s' if t > 1 else ''}: {p / 1e9:.1f} GFLOP/s" for t, p in sorted(peaks.items())) + ".",
              "MFU = model FLOP/s (matmul FLOPs of the LSTM on real tokens, x3 for training) / the peak of the"
