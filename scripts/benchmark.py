@@ -425,6 +425,9 @@ def main():
         return worker(args)
     datasets = ([(d, args.smiles_column, args.label_column or "p_np") for d in args.datasets]
                 if args.datasets else DEFAULT_DATASETS)
+    for path, _, _ in datasets:  # before minutes of measuring, not after
+        if not (ROOT / path).is_file():
+            raise SystemExit(f"error: {path}: no such file (python dataset/place_data.py HIV places HIV)")
     if args.lightning and importlib.util.find_spec("lightning") is None:
         raise SystemExit("error: --lightning needs PyTorch Lightning: pip install -e '.[bench]'")
     cores = os.cpu_count()
