@@ -20,5 +20,5 @@ setup(
     # torch: the oldest release this project has been run with (see the README)
     install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],
     # bench: scripts/benchmark.py --lightning alone; nothing else imports Lightning
-    extras_require={"chem": ["rdkit"], "notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning"]},
+    extras_require={"chem": ["rdkit"], "notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning", "torchmetrics"]},
 )

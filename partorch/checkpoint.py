@@ -198,6 +198,11 @@ def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, worl
     if differences:
         raise CheckpointError("the snapshot belongs to another run (" + "; ".join(differences[:8])
                               + "); use another --output-dir, or remove its checkpoints/")
+    if set(snapshot["model"]) != set(model.state_dict()):
+        # the optimiser's state follows the parameters by position, so renamed weights (a model
+        # saved by an older partorch) would hand one layer's moments to another
+        raise CheckpointError("the snapshot's weights are named differently from this model's (written by an "
+                              "older partorch?); start afresh in another --output-dir")
     try:
         model.load_state_dict(snapshot["model"])
         optimizer.load_state_dict(snapshot["optimizer"])

@@ -4,6 +4,7 @@ No optimizer, no loss and no distributed logic live here.
 """
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 
 def reverse_each(x, lengths):
@@ -22,13 +23,14 @@ def reverse_each(x, lengths):
 def lstm_runs_in_bfloat16(device):
     """Whether `device` has bfloat16 LSTM kernels (--amp bf16): oneDNN's need
     AVX-512 on x86 CPUs, and on AVX2-only CPUs the call fails."""
-    lstm = nn.LSTM(2, 2).to(device)
-    try:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            lstm(torch.zeros(1, 1, 2, device=device))
-        return True
-    except RuntimeError:
-        return False
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the seeded stream stays put
+        lstm = nn.LSTM(2, 2).to(device)
+        try:
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                lstm(torch.zeros(1, 1, 2, device=device))
+            return True
+        except RuntimeError:
+            return False
 
 
 def _rename_per_layer_weights(state_dict, prefix, *_):
@@ -62,9 +64,18 @@ class RNNPredictor(nn.Module):
         backward state after reading the whole molecule back to its first."""
         x = self.embedding(tokens)
         if bool((lengths == tokens.shape[1]).all()):  # no padding: nothing to mask or reverse
-            _, (final, _) = self.lstm(x)
-            return torch.cat([final[-2], final[-1]], dim=-1) if self.bidirectional else final[-1]
+            return self._last_layer(self.lstm(x)[1][0])
+        if x.is_cuda:  # cuDNN runs packed batches natively, and would copy the weights for every single-layer call
+            return self._encode_packed(x, lengths)
         return self._encode_mixed_lengths(x, lengths)
+
+    def _last_layer(self, final):
+        """The last layer's final states from nn.LSTM's h_n [layers x directions, batch, d_model]."""
+        return torch.cat([final[-2], final[-1]], dim=-1) if self.bidirectional else final[-1]
+
+    def _encode_packed(self, x, lengths):
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        return self._last_layer(self.lstm(packed)[1][0])
 
     def _encode_mixed_lengths(self, x, lengths):
         """The same function as the fused call, exact for padded molecules: the

@@ -257,7 +257,7 @@ def training_molecules(dataset):
     """Training molecules of the scripts' default split (stratified, seed 1729)."""
     from partorch import read_molecule_csv, split_indices
     path, smiles_column, label_column = dataset
-    labels = read_molecule_csv(path, smiles_column, [label_column]).labels[:, 0]
+    labels = read_molecule_csv(ROOT / path, smiles_column, [label_column]).labels[:, 0]
     return len(split_indices(len(labels), 1729, classes=labels.astype(int)).train)
 
 

@@ -98,7 +98,7 @@ def main():
                           collate_fn=collate_unsorted)
 
     clock = TrainingClock()
-    trainer = L.Trainer(accelerator="cpu", devices=args.devices, strategy="ddp", max_epochs=args.epochs,
+    trainer = L.Trainer(accelerator="auto", devices=args.devices, strategy="ddp", max_epochs=args.epochs,
                         callbacks=[clock, L.pytorch.callbacks.ModelCheckpoint(monitor="dev_roc_auc", mode="max")],
                         logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=args.work_dir)

@@ -18,11 +18,11 @@ def load_benchmark_module():
     return module
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
     out = tmp_path / "docs"
     result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "2", "--warmup", "1",
-                         "--reference", "--reference-steps", "1", "--max-procs", "2", "--output-dir", out], timeout=280)
+                         "--reference", "--reference-steps", "1", "--max-procs", "2", "--output-dir", out], timeout=400)
     assert result.returncode == 0, result.stderr[-6000:]
     report = (out / "benchmarks.md").read_text()
     assert "| bbbp300.csv | tutorial | 1 x" in report and "| bbbp300.csv | partorch | 2 x 1 | 64 |" in report
@@ -39,7 +39,7 @@ def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
                for r in results)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(500)
 def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subset):
     """--lightning: Lightning's DDP and partorch's DDP script, whole epochs each, in one report."""
     if importlib.util.find_spec("lightning") is None:
@@ -47,7 +47,7 @@ def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subs
     out = tmp_path / "docs"
     result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "1", "--warmup", "1",
                          "--max-procs", "2", "--lightning", "--lightning-epochs", "2", "--output-dir", out],
-                        timeout=280)
+                        timeout=480)
     assert result.returncode == 0, result.stderr[-6000:]
     comparison = json.loads((out / "benchmarks.json").read_text())["lightning"]
     for loop in ("lightning", "partorch"):

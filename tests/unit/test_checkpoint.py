@@ -70,6 +70,18 @@ def test_a_snapshot_resumes_only_the_run_that_wrote_it(tmp_path):
                          rank=0, world_size=1)
 
 
+def test_a_snapshot_whose_weights_are_named_otherwise_is_refused(tmp_path):
+    """The optimiser's state follows parameters by position: renamed weights would swap layers' moments."""
+    model, optimizer, scaler = _parts()
+    save_snapshot(tmp_path / "last.pt", model=model, optimizer=optimizer, scaler=scaler, state=TrainingState(),
+                  rng_states=[capture_rng()], identity={})
+    snapshot = load_state(tmp_path / "last.pt")
+    snapshot["model"] = {f"old_{k}": v for k, v in snapshot["model"].items()}
+    with pytest.raises(CheckpointError, match="weights are named differently"):
+        restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity={}, rank=0,
+                         world_size=1)
+
+
 def test_each_run_gets_a_new_version_folder_and_a_restarted_job_its_own(tmp_path, monkeypatch):
     base = tmp_path / "runs" / "ddp"
     assert new_version_dir(base) == base / "version_0"

@@ -62,6 +62,15 @@ def _exact_model(**kwargs):
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
+def test_packed_path_for_gpus_equals_the_layer_by_layer_path(bidirectional):
+    """On CUDA a batch of mixed lengths goes through pack_padded_sequence (cuDNN); checked here on CPU."""
+    model = _exact_model(bidirectional=bidirectional).eval()
+    tokens, lengths, _ = _batch([5, 13, 2, 13, 8], seed=4)
+    x = model.embedding(tokens)
+    assert torch.allclose(model._encode_packed(x, lengths), model._encode_mixed_lengths(x, lengths), atol=1e-5)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
 def test_fused_call_equals_the_layer_by_layer_path(bidirectional):
     """A batch of one length runs as one nn.LSTM call; it must compute what the
     exact padded path computes, outputs and gradients alike."""
@@ -78,20 +87,11 @@ def test_fused_call_equals_the_layer_by_layer_path(bidirectional):
         assert torch.allclose(fused_grad, p.grad, atol=1e-5)
 
 
-def test_every_molecule_scores_as_it_does_alone():
-    """Odd lengths among equal ones: each molecule's logit equals the fused call on it alone."""
-    model = _exact_model().eval()
-    tokens, lengths, _ = _batch([12, 12, 5, 12, 30, 1], seed=3)
-    with torch.no_grad():
-        together = model(tokens, lengths)
-        alone = torch.cat([model(tokens[i:i + 1, :n], lengths[i:i + 1]) for i, n in enumerate(lengths.tolist())])
-    assert torch.allclose(together, alone, atol=1e-5)
-
-
 def test_padding_never_changes_a_prediction():
-    torch.manual_seed(0)
-    model = RNNPredictor(20, embedding_dim=16, d_model=16, num_layers=3, dropout=0.0).eval()
-    tokens, lengths, _ = _batch([3, 17, 9, 1, 30, 12], seed=1)
+    """Odd lengths among equal ones: each molecule's logit equals the model's on it alone
+    (where every molecule is a batch of one length: the fused call)."""
+    model = _exact_model().eval()
+    tokens, lengths, _ = _batch([3, 17, 12, 9, 1, 12, 30, 12], seed=1)
     with torch.no_grad():
         together = model(tokens, lengths)
         alone = torch.cat([model(tokens[i:i + 1, :n], lengths[i:i + 1]) for i, n in enumerate(lengths.tolist())])
@@ -122,3 +122,13 @@ def test_a_model_saved_with_one_lstm_per_layer_and_direction_still_loads():
     tokens, lengths, _ = _batch([4, 9])
     with torch.no_grad():
         assert torch.equal(reloaded(tokens, lengths), model(tokens, lengths))
+
+
+def test_the_bf16_probe_leaves_the_seeded_stream_alone():
+    """It runs inside build_model, after the seed and before the model's initial weights."""
+    from partorch.rnn import lstm_runs_in_bfloat16
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    lstm_runs_in_bfloat16(torch.device("cpu"))
+    assert torch.equal(torch.rand(3), expected)
