@@ -3,8 +3,8 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 # Kept in step with environment.yml (conda) by a test.
-NOTEBOOKS = ["jupyterlab", "optuna", "rdkit"]
-TEST = ["pytest", "pytest-timeout", "rdkit", "optuna", "nbclient", "nbformat", "ipykernel"]
+NOTEBOOKS = ["jupyterlab", "optuna"]
+TEST = ["pytest", "pytest-timeout", "optuna", "nbclient", "nbformat", "ipykernel"]
 
 setup(
     name="partorch",
@@ -18,7 +18,9 @@ setup(
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Chemistry"],
     python_requires=">=3.10",
     # torch: the oldest release this project has been run with (see the README)
-    install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib"],
+    # rdkit: molecules are read as canonical SMILES by default (and split by scaffold)
+    install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib",
+                      "rdkit"],
     # bench: scripts/benchmark.py --lightning alone; nothing else imports Lightning
-    extras_require={"chem": ["rdkit"], "notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning", "torchmetrics"]},
+    extras_require={"notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning", "torchmetrics"]},
 )

@@ -49,7 +49,7 @@ from partorch.chem import morgan_fingerprints
 from partorch.datasets import FeatureDataset, TrainingData
 from partorch.distributed import digest
 from partorch.molecule_csv import read_molecule_csv
-from partorch.splits import split_molecules
+from partorch.splits import describe_split, split_molecules
 from partorch.tasks import build_task, choose_task_kind
 
 DEFAULT_OUTPUT_DIR = "runs/fingerprint-mlp"
@@ -61,7 +61,7 @@ def build_datasets(args):
     with a warning naming their rows), split and scored as the script does."""
     table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict, parse=True)
     kind = choose_task_kind(args.task, table)
-    splits = split_molecules(table, args.split, args.seed, kind)
+    splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
     task = build_task(kind, table, splits)
     features = morgan_fingerprints(table.smiles, **FINGERPRINT)
 
@@ -69,7 +69,8 @@ def build_datasets(args):
         return FeatureDataset(features[indices], table.labels[indices])
 
     return TrainingData(subset(splits.train), subset(splits.dev), subset(splits.test), task,
-                        descriptions={"features": {"kind": "morgan", **FINGERPRINT}},
+                        descriptions={"features": {"kind": "morgan", **FINGERPRINT},
+                                      "splits": describe_split(table, splits, args.split, args.seed, args.split_sizes)},
                         digests={"molecules": digest([table.smiles, table.labels.tolist()]),
                                  "split": digest(splits.as_lists())},
                         warnings=table.warnings)

@@ -1,6 +1,6 @@
-"""The chemistry that needs RDKit (the optional `chem` extra): parsing
-checks, Bemis-Murcko scaffolds, Morgan fingerprints, random SMILES. RDKit is
-imported inside each function, so the rest of partorch works without it."""
+"""The chemistry that needs RDKit: parsing checks, canonical SMILES,
+Bemis-Murcko scaffolds, Morgan fingerprints, random SMILES. RDKit is imported
+inside each function, so that modules which only import this one load fast."""
 import numpy as np
 
 from .errors import PartorchError
@@ -10,7 +10,7 @@ def _rdkit():
     try:
         from rdkit import Chem, RDLogger
     except ImportError:
-        raise PartorchError("this needs RDKit: pip install -e '.[chem]'") from None
+        raise PartorchError("this needs RDKit: pip install rdkit") from None
     RDLogger.DisableLog("rdApp.*")  # we report bad molecules ourselves, once
     return Chem
 
@@ -21,14 +21,27 @@ def unparsable_smiles(smiles):
     return [i for i, s in enumerate(smiles) if Chem.MolFromSmiles(s) is None]
 
 
+def canonical_smiles(smiles):
+    """Each SMILES as RDKit writes it canonically (one string per molecule,
+    whatever style the source wrote it in); None where RDKit cannot parse it."""
+    Chem = _rdkit()
+    out = []
+    for s in smiles:
+        mol = Chem.MolFromSmiles(s)
+        out.append(None if mol is None else Chem.MolToSmiles(mol))
+    return out
+
+
 def scaffold_groups(smiles):
-    """Indices grouped by Bemis-Murcko scaffold, largest group first (ties by scaffold)."""
+    """Indices grouped by Bemis-Murcko scaffold (without stereo), largest group
+    first; among equal sizes the group whose first molecule comes later goes
+    first. This is DeepChem's order, so that its scaffold split is reproduced."""
     Chem = _rdkit()
     from rdkit.Chem.Scaffolds import MurckoScaffold
     groups = {}
     for i, s in enumerate(smiles):
         groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []).append(i)
-    return [groups[k] for k in sorted(groups, key=lambda k: (-len(groups[k]), k))]
+    return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 
 
 def morgan_fingerprints(smiles, radius=2, bits=2048):

@@ -4,7 +4,8 @@ import sys
 
 from .errors import exit_after_peers
 from .loaders import SAMPLERS
-from .splits import SPLITS
+from .molecule_csv import SMILES_FORMS
+from .splits import DEFAULT_SIZES, SPLITS, parse_sizes
 from .tasks import TASK_KINDS
 
 
@@ -15,6 +16,13 @@ def _positive(kind):
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
     return parse
+
+
+def _split_sizes(text):
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _fraction(text):
@@ -50,7 +58,9 @@ def build_parser(doc, default_output_dir):
     return parser
 
 
-def _data_flags(add):
+def add_molecule_flags(add):
+    """Which molecules, labels and split: the flags the training scripts share
+    with scripts/baseline_fingerprints.py, so both see identical splits."""
     add("--smiles-column", default="smiles", help="column holding SMILES (default: %(default)s)")
     add("--label-column", nargs="+", default=["p_np"], metavar="COLUMN",
         help="label column(s), separated by spaces or commas; several columns train one output each "
@@ -58,19 +68,34 @@ def _data_flags(add):
     add("--task", choices=TASK_KINDS, default="auto",
         help="classification (0/1 labels, ROC AUC), regression (RMSE), or auto: classification when every "
              "label is 0 or 1 (default: %(default)s)")
+    add("--smiles-form", choices=SMILES_FORMS, default="canonical",
+        help="canonical: every SMILES rewritten by RDKit, so the model reads the molecule, not the style its "
+             "source wrote it in; rows RDKit cannot parse are dropped with a warning. raw: the file's strings "
+             "as they are (default: %(default)s)")
+    add("--strict", action="store_true",
+        help="rows without any label, or whose SMILES RDKit cannot parse, are an error instead of being dropped")
+    add("--split", choices=SPLITS, default="stratified",
+        help="stratified (by class; random for regression and several tasks), random, scaffold (Bemis-Murcko "
+             "groups, largest to train, then dev, then test: DeepChem's, seed-independent) or scaffold_balanced "
+             "(scaffold groups in an order drawn from the seed: chemprop's) (default: %(default)s)")
+    add("--split-sizes", type=_split_sizes, default=DEFAULT_SIZES, metavar="TRAIN,DEV,TEST",
+        help="fractions of the molecules; papers' scaffold figures use 0.8,0.1,0.1 (default: 0.72,0.18,0.1, "
+             "the tutorial's)")
+    add("--random-seed", "--seed", dest="seed", type=int, default=1729,
+        help="seed for split, initialisation and batch order (default: %(default)s)")
+
+
+def _data_flags(add):
+    add_molecule_flags(add)
     add("--tokenizer", choices=["smiles", "bytes"], default="smiles",
         help="atom-level SMILES regex or fixed ASCII bytes (default: %(default)s)")
-    add("--strict", action="store_true", help="rows without any label are an error instead of being dropped")
-    add("--split", choices=SPLITS, default="stratified",
-        help="stratified (10 %% test, 20 %% of the rest dev; random for regression and several tasks), random, "
-             "or scaffold (Bemis-Murcko groups, largest to train; needs RDKit) (default: %(default)s)")
     add("--augment", action="store_true",
-        help="each epoch, write every training molecule as a fresh random SMILES (needs RDKit)")
+        help="each epoch, write every training molecule as a fresh random SMILES")
     add("--tta", type=int, default=0, metavar="K",
-        help="score dev and test as the mean over the given SMILES and K random ones (needs RDKit) "
+        help="score dev and test as the mean over the given SMILES and K random ones "
              "(default: %(default)s)")
     add("--validate-smiles", action="store_true",
-        help="drop (with a warning naming the rows) SMILES that RDKit cannot parse")
+        help="with --smiles-form raw: drop (with a warning naming the rows) SMILES that RDKit cannot parse")
     add("--sampler", choices=SAMPLERS, default="bucket",
         help="length-bucketed batches, or torch's DistributedSampler (default: %(default)s)")
 
@@ -88,8 +113,6 @@ def _optimisation_flags(add):
              "less memory, same global batch (default: %(default)s)")
     add("--amp", choices=["off", "bf16", "fp16"], default="off",
         help="mixed precision: bf16 on GPUs and AVX-512 CPUs, fp16 on GPU with loss scaling (default: %(default)s)")
-    add("--random-seed", "--seed", dest="seed", type=int, default=1729,
-        help="seed for split, initialisation and batch order (default: %(default)s)")
 
 
 def _model_flags(add):

@@ -1,17 +1,20 @@
 """Reading and validating a CSV of molecules: one SMILES column, one or more
 numeric label columns. Every problem names the file, the column and the rows
 (numbered as a text editor shows them: the header is row 1)."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from .chem import unparsable_smiles
+from .chem import canonical_smiles
 from .errors import PartorchError
 
 
 class DataError(PartorchError):
     pass
+
+
+SMILES_FORMS = ("canonical", "raw")
 
 
 @dataclass
@@ -89,11 +92,18 @@ def _parse_numbers(path, frame, columns, rows):
     return values
 
 
-def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), strict=False, parse=False):
+def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), strict=False, parse=False,
+                      smiles_form="raw"):
     """Validated SMILES and numeric labels. A row with no label at all is
     dropped with a warning (an error when `strict`); with several label
     columns, single empty cells stay as NaN (a missing label, masked later).
-    With `parse`, SMILES that RDKit cannot parse are dropped with a warning."""
+
+    smiles_form "canonical" rewrites every SMILES as RDKit's canonical SMILES
+    (one string per molecule, whatever style its source wrote it in); "raw"
+    keeps the file's. With "canonical" or `parse`, rows RDKit cannot parse are
+    dropped with a warning naming them (an error when `strict`)."""
+    if smiles_form not in SMILES_FORMS:
+        raise DataError(f"unknown SMILES form {smiles_form!r}: choose one of {', '.join(SMILES_FORMS)}")
     frame = read_frame(path)
     if smiles_column not in frame.columns:
         raise DataError(f"{path}: no column {smiles_column!r}; the columns are {list(frame.columns)}")
@@ -116,7 +126,18 @@ def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), str
     smiles = frame[smiles_column].str.strip().tolist()
     labels = _parse_numbers(path, frame, columns, rows)
     table = MoleculeTable(smiles, labels, columns, rows, warnings + _conflict_warnings(path, smiles, labels), str(path))
-    return drop_rows(table, unparsable_smiles(smiles), "have SMILES that RDKit cannot parse") if parse else table
+    return _parsed(table, strict, smiles_form == "canonical") if parse or smiles_form == "canonical" else table
+
+
+def _parsed(table, strict, canonical):
+    written = canonical_smiles(table.smiles)
+    bad = [i for i, s in enumerate(written) if s is None]
+    if bad and strict:
+        raise DataError(f"{table.source}: {len(bad)} rows have SMILES that RDKit cannot parse: "
+                        f"rows {first_rows(table.rows[bad], 11)}")
+    if canonical:
+        table = replace(table, smiles=[given if s is None else s for given, s in zip(table.smiles, written)])
+    return drop_rows(table, bad, "have SMILES that RDKit cannot parse")
 
 
 def _conflict_warnings(path, smiles, labels):
@@ -132,6 +153,6 @@ def drop_rows(table, positions, reason):
     if not len(positions):
         return table
     keep = np.setdiff1d(np.arange(len(table.smiles)), positions)
-    warning = f"{len(positions)} rows {reason}, dropped: rows {first_rows(table.rows[positions], 11)}"
+    warning = f"{table.source}: {len(positions)} rows {reason}, dropped: rows {first_rows(table.rows[positions], 11)}"
     return MoleculeTable([table.smiles[i] for i in keep], table.labels[keep], table.label_columns,
                          table.rows[keep], table.warnings + [warning], table.source)

@@ -8,9 +8,8 @@ from sklearn.model_selection import train_test_split
 from .chem import scaffold_groups
 from .molecule_csv import DataError
 
-TEST_FRACTION = 0.1  # of all molecules, held out
-DEV_FRACTION = 0.2  # of the rest
-SPLITS = ("stratified", "scaffold", "random")
+DEFAULT_SIZES = (0.72, 0.18, 0.10)  # the tutorial's: 10 % test, then 20 % of the rest dev
+SPLITS = ("stratified", "random", "scaffold", "scaffold_balanced")
 
 
 @dataclass
@@ -23,9 +22,20 @@ class Splits:
         return {name: getattr(self, name).tolist() for name in ("train", "dev", "test")}
 
 
-def split_indices(count, seed, method="stratified", *, classes=None, smiles=None,
-                  test_fraction=TEST_FRACTION, dev_fraction=DEV_FRACTION):
-    """Indices of `count` molecules in three sorted, disjoint arrays.
+def parse_sizes(text):
+    """'0.8,0.1,0.1' -> (0.8, 0.1, 0.1): three positive fractions summing to 1."""
+    try:
+        sizes = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected three fractions such as 0.8,0.1,0.1, got {text!r}") from None
+    if len(sizes) != 3 or min(sizes) <= 0 or abs(sum(sizes) - 1) > 1e-6:
+        raise ValueError(f"expected three fractions > 0 that sum to 1 (train,dev,test), got {text!r}")
+    return sizes
+
+
+def split_indices(count, seed, method="stratified", *, classes=None, smiles=None, sizes=DEFAULT_SIZES):
+    """Indices of `count` molecules in three sorted, disjoint arrays, of about
+    `sizes` (train, dev, test fractions) of them.
 
     stratified: random within each class of `classes` (one 0/1 label per
         molecule: the tutorial's split, the default). Without `classes`
@@ -33,21 +43,27 @@ def split_indices(count, seed, method="stratified", *, classes=None, smiles=None
     random: random, ignoring the labels.
     scaffold: Bemis-Murcko groups of `smiles` (RDKit); whole groups go to
         train, largest first, then dev, then test, so test molecules have
-        scaffolds never seen in training. It ignores the seed (MoleculeNet's
-        convention).
+        scaffolds never seen in training. It ignores the seed (DeepChem's
+        splitter, the one MoleculeNet's scaffold figures use).
+    scaffold_balanced: scaffold groups too, but in an order drawn from the
+        seed (chemprop's): groups too big for half of dev or test go first,
+        so they land in train, and the small ones are shuffled after them.
     """
     if classes is not None:
         counts = np.bincount(np.asarray(classes), minlength=2)
         if counts.min() == 0:
             raise DataError(f"all {len(classes)} molecules have label {int(np.argmax(counts))}: "
                             "ROC AUC needs both classes")
-    if method == "scaffold":
+    if method in ("scaffold", "scaffold_balanced"):
         if smiles is None:
             raise DataError("the scaffold split needs the SMILES")
-        splits = _scaffold_split(smiles, test_fraction, dev_fraction)
+        groups = scaffold_groups(smiles)
+        if method == "scaffold_balanced":
+            groups = _balanced_order(groups, count, sizes, seed)
+        splits = _fill_in_order(groups, count, sizes)
     elif method in ("stratified", "random"):
         stratify = np.asarray(classes) if method == "stratified" and classes is not None else None
-        splits = _random_split(count, seed, test_fraction, dev_fraction, stratify)
+        splits = _random_split(count, seed, sizes, stratify)
     else:
         raise DataError(f"unknown split {method!r}: choose one of {', '.join(SPLITS)}")
     if classes is not None:
@@ -62,44 +78,58 @@ def _require_both_classes(classes, splits, method):
             raise DataError(f"the {method} split leaves the {name} set ({len(part)} molecules) with one class only")
 
 
-def _random_split(count, seed, test_fraction, dev_fraction, stratify):
+def _random_split(count, seed, sizes, stratify):
     if stratify is not None and np.bincount(stratify, minlength=2).min() < 5:
         rare = int(np.argmin(np.bincount(stratify, minlength=2)))
         raise DataError(f"only {int((stratify == rare).sum())} molecules of class {rare}: "
                         "too few to stratify into train, dev and test (need at least 5)")
     everything = np.arange(count)
+    dev_share_of_rest = round(sizes[1] / (sizes[0] + sizes[1]), 12)  # 0.18 / 0.9 is 0.2, not 0.19999...
     try:
-        visible, test = train_test_split(everything, test_size=test_fraction, shuffle=True, random_state=seed,
+        visible, test = train_test_split(everything, test_size=sizes[2], shuffle=True, random_state=seed,
                                          stratify=stratify)
-        train, dev = train_test_split(visible, test_size=dev_fraction, shuffle=True, random_state=seed,
+        train, dev = train_test_split(visible, test_size=dev_share_of_rest, shuffle=True, random_state=seed,
                                       stratify=None if stratify is None else stratify[visible])
     except ValueError as exc:
         raise DataError(f"cannot split {count} molecules: {exc}") from None
     return Splits(np.sort(train), np.sort(dev), np.sort(test))
 
 
-def _scaffold_split(smiles, test_fraction, dev_fraction):
-    n = len(smiles)
-    train_cut = (1 - test_fraction) * (1 - dev_fraction) * n
-    dev_cut = (1 - test_fraction) * n
+def _balanced_order(groups, count, sizes, seed):
+    rng = np.random.default_rng(seed)
+    big = [g for g in groups if len(g) > min(sizes[1], sizes[2]) * count / 2]
+    small = [g for g in groups if len(g) <= min(sizes[1], sizes[2]) * count / 2]
+    return [big[i] for i in rng.permutation(len(big))] + [small[i] for i in rng.permutation(len(small))]
+
+
+def _fill_in_order(groups, count, sizes):
+    """Whole groups, in the given order: to train while it stays within its
+    share, else to dev while train and dev stay within theirs, else to test."""
+    train_cut, dev_cut = sizes[0] * count, (sizes[0] + sizes[1]) * count
     train, dev, test = [], [], []
-    for group in scaffold_groups(smiles):
+    for group in groups:
         if len(train) + len(group) <= train_cut:
             train += group
         elif len(train) + len(dev) + len(group) <= dev_cut:
             dev += group
         else:
             test += group
-    return Splits(np.array(sorted(train), dtype=int), np.array(sorted(dev), dtype=int),
-                  np.array(sorted(test), dtype=int))
+    return Splits(*(np.array(sorted(part), dtype=int) for part in (train, dev, test)))
 
 
-def split_molecules(table, method, seed, task_kind):
+def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
     """`split_indices` for a MoleculeTable: stratified by class when there is
     one 0/1 column; errors name the file."""
     single_class_column = task_kind == "classification" and len(table.label_columns) == 1
     classes = table.labels[:, 0].astype(int) if single_class_column else None
     try:
-        return split_indices(len(table.smiles), seed, method, classes=classes, smiles=table.smiles)
+        return split_indices(len(table.smiles), seed, method, classes=classes, smiles=table.smiles, sizes=sizes)
     except DataError as exc:
         raise DataError(f"{table.source}: {exc}") from None
+
+
+def describe_split(table, splits, method, seed, sizes):
+    """splits.json, saved beside a model: which rows of the file (as an editor
+    numbers them, the header is row 1) went where, and how they were chosen."""
+    return {"split": method, "seed": seed, "sizes": list(sizes), "rows_of": table.source,
+            **{name: table.rows[getattr(splits, name)].tolist() for name in ("train", "dev", "test")}}

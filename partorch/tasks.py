@@ -99,6 +99,11 @@ class BinaryClassification(Task):
         """Probabilities of class 1."""
         return 1 / (1 + np.exp(-np.asarray(outputs, dtype=np.float64)))
 
+    def outputs_for(self, predictions):
+        """The logits of given probabilities (another model's), to score them with `metrics`."""
+        p = np.clip(np.asarray(predictions, dtype=np.float64), 1e-7, 1 - 1e-7)
+        return np.log(p / (1 - p))
+
     def scorable(self, targets):
         return len(np.unique(targets)) == 2
 
@@ -138,6 +143,10 @@ class Regression(Task):
     def predictions(self, outputs):
         """Back in the units of the label columns."""
         return np.asarray(outputs, dtype=np.float64) * self.std + self.mean
+
+    def outputs_for(self, predictions):
+        """Standardised values of given predictions (another model's), to score them with `metrics`."""
+        return (np.asarray(predictions, dtype=np.float64) - self.mean) / self.std
 
     def scorable(self, targets):
         return len(targets) > 0

@@ -1,56 +1,81 @@
 """The baseline a chemist would try first: a random forest on Morgan
-fingerprints, with the same splits and seeds as the network.
+fingerprints, with the same molecules, labels, splits and seeds as the
+network (the same flags mean the same thing here).
 
     python scripts/baseline_fingerprints.py dataset/BBBP.csv
-    python scripts/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --seed 2
+    python scripts/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --split-sizes 0.8,0.1,0.1
+    python scripts/baseline_fingerprints.py dataset/ESOL.csv --label-column "measured log solubility in mols per litre"
 
-Needs RDKit (pip install -e '.[chem]'). Prints `Final test ROC AUC: 0.xxxx`
-like the training scripts, so the two compare line for line.
+Each label column gets its own forest (a classifier for 0/1 labels, a
+regressor otherwise), fitted on the training molecules that have that label.
+Prints `Final test ROC AUC: 0.xxxx` (or RMSE) like the training scripts, so
+the two compare line for line; with --output-dir it also writes metrics.json
+and splits.json as a training run does.
 """
 import argparse
 import json
 from pathlib import Path
 import sys
 
-from sklearn.ensemble import RandomForestClassifier
+import numpy as np
+from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
 from partorch import read_molecule_csv, run_main
-from partorch.chem import morgan_fingerprints, unparsable_smiles
-from partorch.splits import SPLITS, split_molecules
-from partorch.tasks import BinaryClassification, choose_task_kind
+from partorch.chem import morgan_fingerprints
+from partorch.flags import add_molecule_flags
+from partorch.splits import describe_split, split_molecules
+from partorch.tasks import build_task, choose_task_kind
+
+
+def forest_predictions(features, labels, train, kind, args):
+    """One label column: a forest fitted on the training molecules labelled in
+    it, and its predictions for every molecule (probabilities of class 1, or values)."""
+    train = train[~np.isnan(labels[train])]
+    if kind == "regression":
+        forest = RandomForestRegressor(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
+        return forest.fit(features[train], labels[train]).predict(features)
+    classes = labels[train].astype(int)
+    if len(np.unique(classes)) < 2:  # nothing to learn: every molecule gets the one class seen
+        return np.full(len(labels), float(classes[0]) if len(classes) else 0.5)
+    forest = RandomForestClassifier(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
+    return forest.fit(features[train], classes).predict_proba(features)[:, 1]
 
 
 def main(args):
-    # as the training scripts do: no scaffold without a parsed molecule
-    table = read_molecule_csv(args.dataset, args.smiles_column, [args.label_column], parse=args.split == "scaffold")
-    bad = unparsable_smiles(table.smiles)
-    if bad:
-        print(f"warning: {len(bad)} SMILES RDKit cannot parse get an empty fingerprint", file=sys.stderr)
-    splits = split_molecules(table, args.split, args.seed, choose_task_kind("classification", table))
-    labels = table.labels[:, 0].astype(int)
-    features = morgan_fingerprints(table.smiles, args.radius, args.bits)
-    forest = RandomForestClassifier(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
-    forest.fit(features[splits.train], labels[splits.train])
-    task = BinaryClassification(table.label_columns)
-    scores = {name: task.task_metrics(labels[idx], forest.predict_proba(features[idx])[:, 1])["roc_auc"]
-              for name, idx in (("dev", splits.dev), ("test", splits.test))}
+    # as the training scripts do: a scaffold needs a parsed molecule, and the canonical form parses them all
+    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
+                              smiles_form=args.smiles_form, parse="scaffold" in args.split)
+    for warning in table.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    kind = choose_task_kind(args.task, table)
+    splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
+    task = build_task(kind, table, splits)
+    features = morgan_fingerprints(table.smiles, args.radius, args.bits)  # all zeros where RDKit cannot parse
+    predictions = np.stack([forest_predictions(features, table.labels[:, j], splits.train, kind, args)
+                            for j in range(len(table.label_columns))], axis=1)
+    outputs = task.outputs_for(predictions)
+    scores = {name: task.metrics(table.labels[idx], outputs[idx]) for name, idx in (("dev", splits.dev),
+                                                                                     ("test", splits.test))}
     if args.output_dir:
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.output_dir) / "metrics.json").write_text(json.dumps(
-            {"test_roc_auc": scores["test"], "dev_roc_auc": scores["dev"], "seed": args.seed, "split": args.split}))
-    print(f"Final test ROC AUC: {scores['test']:.4f}")
+        output = Path(args.output_dir)
+        output.mkdir(parents=True, exist_ok=True)
+        score = task.score_name
+        (output / "splits.json").write_text(json.dumps(describe_split(table, splits, args.split, args.seed,
+                                                                      args.split_sizes)))
+        (output / "metrics.json").write_text(json.dumps(
+            {f"test_{score}": scores["test"][score], f"dev_{score}": scores["dev"][score], "task": kind,
+             "label_columns": task.columns, "test_metrics": scores["test"], "seed": args.seed, "split": args.split,
+             "model": f"random forest, {args.trees} trees, Morgan radius {args.radius}, {args.bits} bits"}))
+    print(task.final_line(scores["test"]))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset")
-    parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
-    parser.add_argument("--label-column", default="p_np", help="(default: %(default)s)")
-    parser.add_argument("--split", choices=SPLITS, default="stratified", help="(default: %(default)s)")
-    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1729, help="(default: %(default)s)")
+    add_molecule_flags(parser.add_argument)
     parser.add_argument("--trees", type=int, default=500, help="(default: %(default)s)")
     parser.add_argument("--radius", type=int, default=2, help="Morgan radius (default: %(default)s)")
     parser.add_argument("--bits", type=int, default=2048, help="fingerprint length (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=-1, help="parallel trees, -1 = all cores (default: %(default)s)")
-    parser.add_argument("--output-dir", help="also write metrics.json here")
+    parser.add_argument("--output-dir", help="also write metrics.json and splits.json here")
     run_main(main, parser)

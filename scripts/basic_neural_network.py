@@ -34,7 +34,7 @@ from partorch.datasets import TrainingData, smiles_dataset
 from partorch.distributed import digest
 from partorch.molecule_csv import read_molecule_csv
 from partorch.rnn import RNNPredictor, lstm_runs_in_bfloat16
-from partorch.splits import split_molecules
+from partorch.splits import describe_split, split_molecules
 from partorch.tasks import build_task, choose_task_kind
 from partorch.tokenizer import build_tokenizer
 
@@ -46,9 +46,9 @@ def build_datasets(args):
     batches your model reads, the task (its loss and metrics), what to save
     beside the model, and digests of what every rank must build alike."""
     table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
-                              parse=args.validate_smiles or args.split == "scaffold")
+                              smiles_form=args.smiles_form, parse=args.validate_smiles or "scaffold" in args.split)
     kind = choose_task_kind(args.task, table)
-    splits = split_molecules(table, args.split, args.seed, kind)
+    splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
     task = build_task(kind, table, splits)  # BCE and ROC AUC, or MSE and RMSE; one output per label column
     tokenizer = build_tokenizer(args.tokenizer, table, random_smiles=args.augment or args.tta > 0)
 
@@ -56,7 +56,9 @@ def build_datasets(args):
         return smiles_dataset(table.smiles, table.labels, tokenizer, indices, augment, args.seed)
 
     return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
-                        subset(splits.test, args.tta > 0), task, descriptions={"tokenizer": tokenizer.to_dict()},
+                        subset(splits.test, args.tta > 0), task,
+                        descriptions={"tokenizer": tokenizer.to_dict(),
+                                      "splits": describe_split(table, splits, args.split, args.seed, args.split_sizes)},
                         digests={"molecules": digest([table.smiles, table.labels.tolist()]),
                                  "split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
                         warnings=table.warnings)

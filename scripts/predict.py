@@ -7,9 +7,11 @@
 MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
 task.json, tokenizer.json). Each task's column is named after the label
 column it was trained on: the probability of class 1 for classification,
-the predicted value in the label's units for regression. A row that is
-empty or holds tokens outside the training vocabulary is reported on stderr
-with its row number and left empty; the others are still predicted.
+the predicted value in the label's units for regression. Molecules are
+written as the model was trained on them (canonical SMILES unless it was
+trained with --smiles-form raw). A row that is empty, that RDKit cannot
+parse, or that holds tokens outside the training vocabulary is reported on
+stderr with its row number and left empty; the others are still predicted.
 """
 import argparse
 import csv
@@ -19,6 +21,7 @@ import pandas as pd
 import torch
 
 from partorch import PartorchError, RNNPredictor, load_model_dir, predict_smiles, run_main
+from partorch.chem import canonical_smiles
 from partorch.tasks import task_from_dict
 from partorch.tokenizer import tokenizer_from_dict
 
@@ -42,12 +45,25 @@ def read_smiles(source, column):
     return frame[column].str.strip().tolist(), "row", 2  # row numbers as an editor shows them
 
 
+def as_trained(smiles, descriptions):
+    """The strings the model reads (the form it was trained on; a model from
+    before canonical SMILES read raw strings), and (position, message) for
+    each that RDKit cannot parse."""
+    if descriptions["hparams"].get("smiles_form", "raw") == "raw":
+        return smiles, []
+    written = canonical_smiles(smiles)
+    failures = [(i, f"RDKit cannot parse {s!r}") for i, (s, w) in enumerate(zip(smiles, written)) if w is None]
+    return [w or "" for w in written], failures
+
+
 def main(args):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, descriptions = load_model_dir(args.model_dir, build_model, device)
     task, tokenizer = task_from_dict(descriptions["task"]), tokenizer_from_dict(descriptions["tokenizer"])
     smiles, unit, first = read_smiles(args.input, args.smiles_column)
-    outputs, failures = predict_smiles(model, tokenizer, smiles, device, args.batch_size)
+    inputs, unparsable = as_trained(smiles, descriptions)
+    outputs, failures = predict_smiles(model, tokenizer, inputs, device, args.batch_size)
+    failures = sorted(unparsable + [f for f in failures if f[0] not in dict(unparsable)])
     for position, message in failures:
         print(f"warning: {args.input} {unit} {position + first}: {message}; not predicted", file=sys.stderr)
     predictions = task.predictions(outputs)
