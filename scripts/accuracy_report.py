@@ -177,7 +177,7 @@ def dataset_section(name, runs, args):
         if cells["network"] and cells["forest"]:
             verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}: "
                             f"{verdict(cells['network'], cells['forest'], higher)}")
-    return lines + ["", *verdicts, ""]
+    return lines + ["", *verdicts] + ([""] if verdicts else [])
 
 
 def _check_identical_splits(name, split, sizes, finished, runs):
@@ -218,8 +218,8 @@ def missing_section(runs, placed, args):
 
 HEADER = """# Accuracy: the network against a fingerprint forest
 
-Written by `{command}` from the runs in `{runs}`: edit the script, not
-this file. Test scores, mean +- sample standard deviation over the seeds
+Written by `{command}`
+from the runs in `{runs}`: edit the script, not this file. Test scores, mean +- sample standard deviation over the seeds
 listed, each seed's figure after it.
 
 - **network**: `scripts/basic_neural_network_ddp.py` with its default settings on
@@ -241,8 +241,9 @@ listed, each seed's figure after it.
 
 
 def write_report(runs, placed, args):
-    sections = [HEADER.format(command=" ".join(["python scripts/accuracy_report.py", *sys.argv[1:]]).strip(),
-                              runs=os.path.relpath(args.runs, ROOT), processes=args.processes)]
+    command = f"python scripts/accuracy_report.py --datasets {' '.join(args.datasets)} " \
+              f"--seeds {' '.join(map(str, args.seeds))}"
+    sections = [HEADER.format(command=command, runs=os.path.relpath(args.runs, ROOT), processes=args.processes)]
     for name in dict.fromkeys(r.dataset for r in runs):
         sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], args)
     if "BBBP" in placed:
@@ -259,27 +260,26 @@ def write_report(runs, placed, args):
 def main(args):
     args.runs, args.data_dir = Path(args.runs).resolve(), Path(args.data_dir).resolve()
     placed = {name: placed_label_columns(name, args.data_dir) for name in args.datasets}
-    runs = [r for r in plan(args.datasets, args.seeds) if args.only is None or args.only in str(r.folder(""))]
+    runs = plan(args.datasets, args.seeds)
     if args.list:
         for run in runs:
             state = "done" if result(run, args.runs) else "not placed" if placed[run.dataset] is None else "to run"
             print(f"{state:10} {os.path.relpath(run.folder(args.runs))}")
         return
     if not args.write_only:
-        for run in runs:  # forests first: minutes, where the networks take hours
-            if placed[run.dataset] is not None and result(run, args.runs) is None and run.model == "forest":
-                execute(run, args, placed[run.dataset])
-        for run in runs:
-            if placed[run.dataset] is not None and result(run, args.runs) is None:
-                execute(run, args, placed[run.dataset])
-    write_report(runs, placed, args)
+        chosen = [r for r in runs if args.only is None or args.only in str(r.folder(""))]
+        waiting = [r for r in chosen if placed[r.dataset] is not None and result(r, args.runs) is None]
+        for run in sorted(waiting, key=lambda r: r.model != "forest"):  # forests first: minutes, not hours
+            execute(run, args, placed[run.dataset])
+    write_report(runs, placed, args)  # the whole grid, whatever --only ran
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", choices=list(GRID), default=["BBBP"], help="(default: BBBP)")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="(default: 1729 1 2 3 4)")
-    parser.add_argument("--only", help="only the runs whose folder name contains this, e.g. forest or scaffold_")
+    parser.add_argument("--only", help="run only the runs whose folder contains this, e.g. forest or scaffold_ "
+                                       "(the report still covers the whole grid)")
     parser.add_argument("--processes", type=int, default=2, help="torchrun processes per network run (default: 2)")
     parser.add_argument("--data-dir", default=str(ROOT / "dataset"), help="where NAME.csv are (default: dataset/)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "accuracy"),

@@ -1,5 +1,9 @@
-"""Scaffold and random splits, and the fingerprint baseline (RDKit: the test extra installs it)."""
+"""Scaffold and random splits, the fingerprint baseline, and random SMILES (RDKit)."""
+import json
+
 import numpy as np
+import pandas as pd
+import pytest
 
 from helpers import FAST_FLAGS, SCRIPTS, SINGLE, final_lines, run_script
 from partorch.chem import morgan_fingerprints, scaffold_groups
@@ -48,11 +52,33 @@ def test_baseline_prints_the_same_final_line_deterministically(tmp_path, bbbp_su
     assert 0.5 < float(finals[0][0].split(": ")[1]) <= 1.0
 
 
-def test_training_script_with_scaffold_split(tmp_path, bbbp_subset):
-    result = run_script([SINGLE, bbbp_subset, "--split", "scaffold", "--output-dir",
-                         tmp_path, *FAST_FLAGS], timeout=200)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "Final test ROC AUC: " in result.stdout
+def test_network_and_forest_see_identical_splits(tmp_path, bbbp_subset):
+    flags = ["--split", "scaffold_balanced", "--split-sizes", "0.8,0.1,0.1", "--seed", "5"]
+    network = run_script([SINGLE, bbbp_subset, *flags, "--output-dir", tmp_path / "net", *FAST_FLAGS], timeout=200)
+    assert network.returncode == 0, network.stderr[-2000:]
+    forest = run_script([SCRIPTS / "baseline_fingerprints.py", bbbp_subset, *flags, "--trees", "20",
+                         "--output-dir", tmp_path / "forest"], timeout=120)
+    assert forest.returncode == 0, forest.stderr[-2000:]
+    saved = [json.loads((tmp_path / name / "splits.json").read_text()) for name in ("net", "forest")]
+    assert saved[0] == saved[1] and saved[0]["split"] == "scaffold_balanced"
+    assert abs(len(saved[0]["test"]) / 298 - 0.1) < 0.05  # 300 rows, 2 that RDKit cannot parse
+
+
+def test_forest_baseline_on_regression_and_several_tasks(tmp_path, esol_subset, sider_subset):
+    esol = run_script([SCRIPTS / "baseline_fingerprints.py", esol_subset, "--label-column", "logSolubility",
+                       "--split", "random", "--trees", "20", "--output-dir", tmp_path / "esol"], timeout=120)
+    assert esol.returncode == 0, esol.stderr[-2000:]
+    rmse = float(final_lines(esol.stdout, "RMSE")[0].split(": ")[1])
+    metrics = json.loads((tmp_path / "esol" / "metrics.json").read_text())
+    assert metrics["task"] == "regression" and metrics["test_rmse"] == pytest.approx(rmse, abs=1e-4) and rmse < 2.1
+    columns = list(pd.read_csv(sider_subset).columns[1:])
+    sider = run_script([SCRIPTS / "baseline_fingerprints.py", sider_subset, "--label-column", ",".join(columns),
+                        "--trees", "20", "--output-dir", tmp_path / "sider"], timeout=120)
+    assert sider.returncode == 0, sider.stderr[-2000:]
+    per_task = json.loads((tmp_path / "sider" / "metrics.json").read_text())["test_metrics"]["per_task"]
+    scored = [m["roc_auc"] for m in per_task.values() if "roc_auc" in m]
+    assert len(per_task) == 27 and len(scored) >= 20  # one forest per column, gaps left out
+    assert float(final_lines(sider.stdout)[0].split(": ")[1]) == pytest.approx(np.mean(scored), abs=1e-4)
 
 
 def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_the_shard(bbbp_path,

@@ -114,27 +114,32 @@ def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_sub
 
 @pytest.mark.timeout(200)
 def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
+    from rdkit import Chem
     out = tmp_path / "run"
     assert run_script([SINGLE, bbbp_subset, "--output-dir", out, "--tokenizer", "bytes", *FAST_FLAGS]).returncode == 0
     molecules = pd.read_csv(bbbp_subset).head(40)
-    molecules.loc[5, "smiles"] = "CCé"  # the bytes tokenizer cannot encode it
+    molecules.loc[5, "smiles"] = "CCé"  # not a molecule
+    molecules.loc[6, "smiles"], molecules.loc[7, "smiles"] = "C1=CC=CC=C1O", "Oc1ccccc1"  # phenol, two styles
     molecules.to_csv(tmp_path / "in.csv", index=False)
     result = run_script([SCRIPTS / "predict.py", out, tmp_path / "in.csv", "--output", tmp_path / "p.csv"])
     assert result.returncode == 0, result.stderr
-    assert "row 7: unknown tokens ['é'] in 'CCé'" in result.stderr
+    assert "row 7: RDKit cannot parse 'CCé'" in result.stderr
     predicted = pd.read_csv(tmp_path / "p.csv")
     assert list(predicted.columns) == ["smiles", "p_np"]  # one column per task, named after its label
     assert list(predicted["smiles"]) == list(molecules["smiles"])
     model, descriptions = load_model_dir(out, lambda d: __import__("partorch").RNNPredictor(**d["hparams"]["model"]))
+    assert descriptions["hparams"]["smiles_form"] == "canonical"
     from partorch.tokenizer import tokenizer_from_dict
     tokenizer = tokenizer_from_dict(descriptions["tokenizer"])
     with torch.no_grad():
-        for i in (0, 1, 17, 39):
-            ids = torch.tensor([tokenizer.encode(molecules["smiles"][i])])
+        for i in (0, 1, 17, 39):  # the model reads what it was trained on: canonical SMILES
+            ids = torch.tensor([tokenizer.encode(Chem.MolToSmiles(Chem.MolFromSmiles(molecules["smiles"][i])))])
             own = torch.sigmoid(model(ids, torch.tensor([ids.shape[1]]))).item()
             assert abs(predicted["p_np"][i] - own) < 1e-5
     assert np.isnan(predicted["p_np"][5])
-    assert predict_smiles(model, tokenizer, ["CCO", ""], "cpu")[1] == [(1, "empty SMILES")]
+    assert predicted["p_np"][6] == predicted["p_np"][7]  # one molecule, one prediction, whatever the style
+    assert predict_smiles(model, tokenizer, ["CCO", "", "CCé"], "cpu")[1] == [
+        (1, "empty SMILES"), (2, "unknown tokens ['é'] in 'CCé'")]
 
 
 @pytest.mark.timeout(300)

@@ -69,6 +69,10 @@ def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
     assert steps % 2 == 0 and steps // 2 >= 216 // 32, steps  # every step of both epochs (216 training molecules)
     assert [e.step for e in events.Scalars("Loss/train_step")] == list(range(1, steps + 1))
     assert "ROC/test" in events.Tags()["images"]
+    saved = json.loads((out / "hparams.json").read_text())
+    assert saved["smiles_form"] == "canonical" and saved["split_sizes"] == [0.72, 0.18, 0.1]  # the defaults
+    splits = json.loads((out / "splits.json").read_text())
+    assert splits["split"] == "stratified" and len(splits["test"]) == metrics["test_metrics"]["molecules"]
     hparams = _hparams(out)
     for flag in ("max_epochs", "patience", "sampler", "amp", "accumulate", "dataset", "label_column", "lr", "seed"):
         assert flag in hparams, flag
@@ -112,13 +116,19 @@ def test_the_progress_bar_is_drawn_on_a_terminal(bbbp_subset, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_single_process_script_and_ddp_script_without_torchrun(bbbp_subset, tmp_path):
-    for script in (SINGLE, DDP):
+    for script, form, molecules in ((SINGLE, "raw", 300), (DDP, "canonical", 298)):
         out = tmp_path / script.stem
-        result = run_script([script, bbbp_subset, "--output-dir", out, *FAST_FLAGS])
+        result = run_script([script, bbbp_subset, "--output-dir", out, "--smiles-form", form, *FAST_FLAGS])
         assert result.returncode == 0, result.stderr[-3000:]
         assert len(final_lines(result.stdout)) == 1
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["world_size"] == 1 and 0.0 <= metrics["test_roc_auc"] <= 1.0
+        assert json.loads((out / "hparams.json").read_text())["smiles_form"] == form
+        # raw keeps the 2 rows RDKit cannot parse (rows 61 and 63); canonical drops them
+        splits = json.loads((out / "splits.json").read_text())
+        assert sorted(splits["train"] + splits["dev"] + splits["test"]) == \
+            [r for r in range(2, 302) if form == "raw" or r not in (61, 63)]
+        assert len(splits["train"] + splits["dev"] + splits["test"]) == molecules
 
 
 @pytest.mark.timeout(400)
