@@ -125,8 +125,11 @@ def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), str
         raise DataError(f"{path}: no molecules (header only?)")
     smiles = frame[smiles_column].str.strip().tolist()
     labels = _parse_numbers(path, frame, columns, rows)
-    table = MoleculeTable(smiles, labels, columns, rows, warnings + _conflict_warnings(path, smiles, labels), str(path))
-    return _parsed(table, strict, smiles_form == "canonical") if parse or smiles_form == "canonical" else table
+    table = MoleculeTable(smiles, labels, columns, rows, warnings, str(path))
+    if parse or smiles_form == "canonical":
+        table = _parsed(table, strict, smiles_form == "canonical")
+    # after canonicalising: one molecule written in two styles is one molecule
+    return replace(table, warnings=table.warnings + _repeat_warnings(path, table.smiles, table.labels))
 
 
 def _parsed(table, strict, canonical):
@@ -140,12 +143,18 @@ def _parsed(table, strict, canonical):
     return drop_rows(table, bad, "have SMILES that RDKit cannot parse")
 
 
-def _conflict_warnings(path, smiles, labels):
-    if labels.shape[1] != 1:
-        return []
-    by_smiles = pd.Series(labels[:, 0]).groupby(pd.Series(smiles)).nunique()
-    conflicting = int((by_smiles > 1).sum())
-    return [f"{path}: {conflicting} SMILES appear with different labels"] if conflicting else []
+def _repeat_warnings(path, smiles, labels):
+    """Molecules given more than once: a random split can put copies in train and test."""
+    counts = pd.Series(smiles).value_counts()
+    repeated = counts[counts > 1]
+    warnings = [f"{path}: {len(repeated)} SMILES appear more than once ({int(repeated.sum() - len(repeated))} "
+                "extra rows); a random or stratified split can put copies of one molecule in train and test"
+                ] if len(repeated) else []
+    if labels.shape[1] == 1:
+        by_smiles = pd.Series(labels[:, 0]).groupby(pd.Series(smiles)).nunique()
+        conflicting = int((by_smiles > 1).sum())
+        warnings += [f"{path}: {conflicting} SMILES appear with different labels"] if conflicting else []
+    return warnings
 
 
 def drop_rows(table, positions, reason):

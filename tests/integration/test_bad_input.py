@@ -79,10 +79,13 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
 def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
     from partorch.molecule_csv import read_molecule_csv
     path = tmp_path / "d.csv"
-    path.write_text("smiles,p_np\nCC,1\nCC,0\nCO,\nCN,1\n")
-    warnings = read_molecule_csv(path).warnings
-    assert any("1 rows have no 'p_np' label" in w and "dropped" in w for w in warnings)
-    assert any("1 SMILES appear with different labels" in w for w in warnings)
+    path.write_text("smiles,p_np\nCC,1\nC(C),0\nCO,\nCN,1\nNC,1\n")  # ethane and methylamine, twice each
+    raw = read_molecule_csv(path, smiles_form="raw").warnings
+    assert any("1 rows have no 'p_np' label" in w and "dropped" in w for w in raw)
+    assert not any("appear" in w for w in raw)  # as strings, all different
+    canonical = read_molecule_csv(path, smiles_form="canonical").warnings
+    assert any("2 SMILES appear more than once (2 extra rows)" in w for w in canonical)
+    assert any("1 SMILES appear with different labels" in w for w in canonical)
 
 
 @pytest.mark.parametrize("flags", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], ["--dropout", "1.5"]])
