@@ -23,10 +23,15 @@ def unparsable_smiles(smiles):
 
 def canonical_smiles(smiles):
     """Each SMILES as RDKit writes it canonically (one string per molecule,
-    whatever style the source wrote it in); None where RDKit cannot parse it."""
+    whatever style the source wrote it in); None where RDKit cannot parse it.
+    RDKit reads only up to the first space or non-ASCII character (the rest
+    is a name to it: "CCé" would be ethane), so such strings count as unparsable."""
     Chem = _rdkit()
     out = []
     for s in smiles:
+        if not s.isascii() or any(c.isspace() for c in s):
+            out.append(None)
+            continue
         mol = Chem.MolFromSmiles(s)
         out.append(None if mol is None else Chem.MolToSmiles(mol))
     return out

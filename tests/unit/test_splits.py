@@ -11,8 +11,9 @@ from partorch.tasks import BinaryClassification, Regression
 
 def test_canonical_smiles_removes_the_writing_style():
     kekule, aromatic, reordered = "C1=CC=CC=C1CO", "OCc1ccccc1", "c1ccc(CO)cc1"  # benzyl alcohol, three ways
-    written = canonical_smiles([kekule, aromatic, reordered, "C1CC", "CCO"])
-    assert written[0] == written[1] == written[2] and written[3] is None and written[4] == "CCO"
+    written = canonical_smiles([kekule, aromatic, reordered, "C1CC", "CCO", "CCé", "CC O"])
+    assert written[0] == written[1] == written[2] and written[4] == "CCO"
+    assert written[3] is None and written[5:] == [None, None]  # RDKit alone would read the last two as ethane
 
 
 def _csv(tmp_path, smiles, labels):
