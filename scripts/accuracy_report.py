@@ -56,8 +56,9 @@ class Run:
                   "--smiles-form", self.form, "--seed", str(self.seed)]
         if self.model == "forest":
             return [sys.executable, str(ROOT / "scripts" / "baseline_fingerprints.py"), *common]
+        same_molecules = ["--validate-smiles"] if self.form == "raw" else []  # the 11 canonical drops, dropped too
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                str(ROOT / "scripts" / "basic_neural_network_ddp.py"), *common, "--quiet",
+                str(ROOT / "scripts" / "basic_neural_network_ddp.py"), *common, *same_molecules, "--quiet",
                 *GRID[self.dataset].get("network", [])]
 
 
@@ -169,10 +170,11 @@ def dataset_section(name, runs, args):
             if not group:
                 continue
             mean, sd = summary(cells[model])
+            spread = f"{mean:.3f} +- {sd:.3f}" if len(group) > 1 else f"{mean:.3f}"
             seeds = ", ".join(f"{done[r][0]:.3f}" for r in group)
             epochs = ", ".join(str(done[r][1]["best_epoch"]) for r in group) if model == "network" else "-"
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {model} | "
-                         f"{', '.join(str(r.seed) for r in group)} | {mean:.3f} +- {sd:.3f} | {seeds} | {epochs} |")
+                         f"{', '.join(str(r.seed) for r in group)} | {spread} | {seeds} | {epochs} |")
         _check_identical_splits(name, split, sizes, finished, args.runs)
         if cells["network"] and cells["forest"]:
             verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}: "
