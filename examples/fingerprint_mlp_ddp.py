@@ -59,7 +59,8 @@ FINGERPRINT = dict(radius=2, bits=2048)
 def build_datasets(args):
     """Fingerprints of the molecules RDKit parses (the others are dropped,
     with a warning naming their rows), split and scored as the script does."""
-    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict, parse=True)
+    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict, parse=True,
+                              smiles_form=args.smiles_form)  # either form: the same fingerprints
     kind = choose_task_kind(args.task, table)
     splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
     task = build_task(kind, table, splits)

@@ -15,12 +15,6 @@ def _rdkit():
     return Chem
 
 
-def unparsable_smiles(smiles):
-    """Positions of the SMILES that RDKit cannot parse."""
-    Chem = _rdkit()
-    return [i for i, s in enumerate(smiles) if Chem.MolFromSmiles(s) is None]
-
-
 def canonical_smiles(smiles):
     """Each SMILES as RDKit writes it canonically (one string per molecule,
     whatever style the source wrote it in); None where RDKit cannot parse it.

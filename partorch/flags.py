@@ -77,7 +77,7 @@ def add_molecule_flags(add):
     add("--split", choices=SPLITS, default="stratified",
         help="stratified (by class; random for regression and several tasks), random, scaffold (Bemis-Murcko "
              "groups, largest to train, then dev, then test: DeepChem's, seed-independent) or scaffold_balanced "
-             "(scaffold groups in an order drawn from the seed: chemprop's) (default: %(default)s)")
+             "(chemprop's order: big scaffold groups first, the rest shuffled by the seed) (default: %(default)s)")
     add("--split-sizes", type=_split_sizes, default=DEFAULT_SIZES, metavar="TRAIN,DEV,TEST",
         help="fractions of the molecules; papers' scaffold figures use 0.8,0.1,0.1 (default: 0.72,0.18,0.1, "
              "the tutorial's)")

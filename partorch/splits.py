@@ -28,7 +28,7 @@ def parse_sizes(text):
         sizes = tuple(float(part) for part in text.split(","))
     except ValueError:
         raise ValueError(f"expected three fractions such as 0.8,0.1,0.1, got {text!r}") from None
-    if len(sizes) != 3 or min(sizes) <= 0 or abs(sum(sizes) - 1) > 1e-6:
+    if len(sizes) != 3 or not all(0 < s < 1 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
         raise ValueError(f"expected three fractions > 0 that sum to 1 (train,dev,test), got {text!r}")
     return sizes
 
@@ -45,9 +45,11 @@ def split_indices(count, seed, method="stratified", *, classes=None, smiles=None
         train, largest first, then dev, then test, so test molecules have
         scaffolds never seen in training. It ignores the seed (DeepChem's
         splitter, the one MoleculeNet's scaffold figures use).
-    scaffold_balanced: scaffold groups too, but in an order drawn from the
-        seed (chemprop's): groups too big for half of dev or test go first,
-        so they land in train, and the small ones are shuffled after them.
+    scaffold_balanced: scaffold groups too, in chemprop's order: groups too
+        big for half of dev or test first (shuffled), so they land in train,
+        then the small ones, shuffled by the seed; filled by the same rule as
+        scaffold (chemprop's own fills dev without counting train, and draws
+        with Python's random: the idea, not its exact splits).
     """
     if classes is not None:
         counts = np.bincount(np.asarray(classes), minlength=2)

@@ -139,7 +139,7 @@ def verdict(network, forest, higher_is_better):
 
 
 SPLIT_NAMES = {"stratified": "stratified", "random": "random", "scaffold": "scaffold (DeepChem, seed-independent)",
-               "scaffold_balanced": "balanced scaffold (chemprop, per seed)"}
+               "scaffold_balanced": "balanced scaffold (chemprop's order, per seed)"}
 
 
 def _percent(sizes):
@@ -193,10 +193,11 @@ def _check_identical_splits(name, split, sizes, finished, runs):
 
 
 def style_section(args):
-    lines = ["## The writing-style lesson (BBBP, network, seed 1729)", "",
+    seed = args.seeds[0]
+    lines = [f"## The writing-style lesson (BBBP, network, seed {seed})", "",
              "The same network, the same seed, the same 2,039 molecules and splits; only the strings differ.", "",
              "| split (train/dev/test %) | SMILES given to the network | test ROC AUC |", "|---|---|---|"]
-    rows = [(Run(name, split, sizes, "network", form, SEEDS[0]), split, sizes, form)
+    rows = [(Run(name, split, sizes, "network", form, seed), split, sizes, form)
             for name, split, sizes, form in STYLE_LESSON]
     scored = [(split, sizes, form, result(run, args.runs)) for run, split, sizes, form in rows]
     lines += [f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {form} | {done[0]:.3f} |"
@@ -236,7 +237,8 @@ listed, each seed's figure after it.
   puts whole Bemis-Murcko scaffold groups, largest first, in train, then dev,
   then test (DeepChem's order: the seed does not change it, so its spread is
   the training's alone); balanced scaffold sends groups bigger than half of dev
-  or test to train and shuffles the rest by seed (chemprop's `scaffold_balanced`).
+  or test first and shuffles the rest by seed (chemprop's `scaffold_balanced`
+  order), then fills train, dev and test as scaffold does.
 - "within noise" means the means differ by less than two standard errors of
   their difference.
 """
@@ -248,7 +250,7 @@ def write_report(runs, placed, args):
     sections = [HEADER.format(command=command, runs=os.path.relpath(args.runs, ROOT), processes=args.processes)]
     for name in dict.fromkeys(r.dataset for r in runs):
         sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], args)
-    if "BBBP" in placed:
+    if placed.get("BBBP"):
         sections += style_section(args)
     sections += missing_section(runs, placed, args)
     text = "\n".join(sections).rstrip() + "\n"

@@ -13,7 +13,6 @@ the two compare line for line; with --output-dir it also writes metrics.json
 and splits.json as a training run does.
 """
 import argparse
-import json
 from pathlib import Path
 import sys
 
@@ -21,6 +20,7 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
 from partorch import read_molecule_csv, run_main
+from partorch.checkpoint import atomic_write_json, ensure_writable_dir
 from partorch.chem import morgan_fingerprints
 from partorch.flags import add_molecule_flags
 from partorch.splits import describe_split, split_molecules
@@ -31,12 +31,14 @@ def forest_predictions(features, labels, train, kind, args):
     """One label column: a forest fitted on the training molecules labelled in
     it, and its predictions for every molecule (probabilities of class 1, or values)."""
     train = train[~np.isnan(labels[train])]
+    if not len(train):  # no labelled training molecule in this column: nothing to predict from
+        return np.full(len(labels), np.nan)
     if kind == "regression":
         forest = RandomForestRegressor(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
         return forest.fit(features[train], labels[train]).predict(features)
     classes = labels[train].astype(int)
     if len(np.unique(classes)) < 2:  # nothing to learn: every molecule gets the one class seen
-        return np.full(len(labels), float(classes[0]) if len(classes) else 0.5)
+        return np.full(len(labels), float(classes[0]))
     forest = RandomForestClassifier(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
     return forest.fit(features[train], classes).predict_proba(features)[:, 1]
 
@@ -47,6 +49,8 @@ def main(args):
                               smiles_form=args.smiles_form, parse="scaffold" in args.split)
     for warning in table.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    if args.output_dir:
+        ensure_writable_dir(Path(args.output_dir))  # before minutes of fitting, not after
     kind = choose_task_kind(args.task, table)
     splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
     task = build_task(kind, table, splits)
@@ -57,15 +61,15 @@ def main(args):
     scores = {name: task.metrics(table.labels[idx], outputs[idx]) for name, idx in (("dev", splits.dev),
                                                                                      ("test", splits.test))}
     if args.output_dir:
-        output = Path(args.output_dir)
-        output.mkdir(parents=True, exist_ok=True)
-        score = task.score_name
-        (output / "splits.json").write_text(json.dumps(describe_split(table, splits, args.split, args.seed,
-                                                                      args.split_sizes)))
-        (output / "metrics.json").write_text(json.dumps(
-            {f"test_{score}": scores["test"][score], f"dev_{score}": scores["dev"][score], "task": kind,
-             "label_columns": task.columns, "test_metrics": scores["test"], "seed": args.seed, "split": args.split,
-             "model": f"random forest, {args.trees} trees, Morgan radius {args.radius}, {args.bits} bits"}))
+        output, score = Path(args.output_dir), task.score_name
+        atomic_write_json(describe_split(table, splits, args.split, args.seed, args.split_sizes),
+                          output / "splits.json")
+        # metrics.json last, whole or not at all: the accuracy report takes it for "this run is done"
+        atomic_write_json({f"test_{score}": scores["test"][score], f"dev_{score}": scores["dev"][score],
+                           "task": kind, "label_columns": task.columns, "test_metrics": scores["test"],
+                           "seed": args.seed, "split": args.split,
+                           "model": f"random forest, {args.trees} trees, Morgan radius {args.radius}, {args.bits} bits"},
+                          output / "metrics.json")
     print(task.final_line(scores["test"]))
 
 

@@ -32,7 +32,7 @@ def test_canonical_form_drops_what_rdkit_cannot_parse_and_strict_refuses_it(tmp_
         read_molecule_csv(path, smiles_form="canonical", strict=True)
 
 
-@pytest.mark.parametrize("text", ["0.8,0.1", "0.8,0.1,0.2", "0.9,0.1,0", "a,b,c"])
+@pytest.mark.parametrize("text", ["0.8,0.1", "0.8,0.1,0.2", "0.9,0.1,0", "a,b,c", "nan,0.5,0.5", "1.2,-0.1,-0.1"])
 def test_split_sizes_are_three_positive_fractions_summing_to_one(text):
     with pytest.raises(ValueError):
         parse_sizes(text)
@@ -66,6 +66,24 @@ def test_scaffold_split_fills_train_dev_test_with_whole_groups_largest_first():
     assert all(np.array_equal(getattr(splits, k), getattr(split_indices(len(smiles), 99, "scaffold", smiles=smiles,
                                                                          sizes=(0.6, 0.2, 0.2)), k))
                for k in ("train", "dev", "test"))  # the seed plays no part
+
+
+def test_scaffold_split_breaks_ties_as_deepchem_does():
+    # two groups of two: DeepChem's order puts the one whose first molecule comes later first
+    smiles = ["Cc1ccccc1", "CCc1ccccc1", "Cc1ccncc1", "CCc1ccncc1", "CC1CC1"]
+    splits = split_indices(5, 0, "scaffold", smiles=smiles, sizes=(0.4, 0.4, 0.2))
+    assert splits.as_lists() == {"train": [2, 3], "dev": [0, 1], "test": [4]}
+
+
+def test_balanced_scaffold_split_puts_big_groups_first():
+    # one group of 5 (more than half of dev or test: 0.2 * 20 / 2 = 2) and 15 of one molecule each;
+    # a plain shuffle would sometimes reach the big group when train is nearly full and send it to test
+    smiles = [f"{'C' * (k + 1)}c1ccccc1" for k in range(5)] + \
+        [f"C1{'C' * k}C1" for k in range(1, 8)] + [f"C1{'C' * k}N1" for k in range(1, 9)]
+    assert [len(g) for g in scaffold_groups(smiles)][:2] == [5, 1]
+    for seed in range(10):
+        splits = split_indices(20, seed, "scaffold_balanced", smiles=smiles, sizes=(0.6, 0.2, 0.2))
+        assert set(range(5)) <= set(splits.train.tolist()), seed
 
 
 def _groups_of(splits, smiles):
