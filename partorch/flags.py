@@ -73,7 +73,8 @@ def add_molecule_flags(add):
              "source wrote it in; rows RDKit cannot parse are dropped with a warning. raw: the file's strings "
              "as they are (default: %(default)s)")
     add("--strict", action="store_true",
-        help="rows without any label, or whose SMILES RDKit cannot parse, are an error instead of being dropped")
+        help="rows without any label, or whose SMILES RDKit cannot parse (whenever they are parsed: canonical form, "
+             "--validate-smiles, scaffold splits), are an error instead of being dropped")
     add("--split", choices=SPLITS, default="stratified",
         help="stratified (by class; random for regression and several tasks), random, scaffold (Bemis-Murcko "
              "groups, largest to train, then dev, then test: DeepChem's, seed-independent) or scaffold_balanced "
