@@ -68,7 +68,7 @@ def main(args):
         atomic_write_json({f"test_{score}": scores["test"][score], f"dev_{score}": scores["dev"][score],
                            "task": kind, "label_columns": task.columns, "test_metrics": scores["test"],
                            "seed": args.seed, "split": args.split,
-                           "model": f"random forest, {args.trees} trees, Morgan radius {args.radius}, {args.bits} bits"},
+                           "model": f"random forest, {args.trees} trees, Morgan r={args.radius}, {args.bits} bits"},
                           output / "metrics.json")
     print(task.final_line(scores["test"]))
 
