@@ -4,6 +4,7 @@ training script's business."""
 import numpy as np
 import torch
 
+from .chem import canonical_smiles
 from .errors import PartorchError
 from .loaders import get_dataloader
 
@@ -39,23 +40,28 @@ def _outputs(model, loader, device):
     return torch.cat(targets).double().numpy(), torch.cat(outputs).double().numpy()
 
 
-def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256):
-    """Model outputs [molecules, tasks] for SMILES strings, in input order.
+def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles_form="raw"):
+    """Model outputs [molecules, tasks] for SMILES strings, in input order,
+    each written in `smiles_form`, the form the model was trained on.
 
-    Returns (outputs, failures): an empty string, or one with tokens outside
-    the vocabulary (the model never learned them), gets a row of NaN and an
-    entry (position, message) in failures; the rest are still predicted.
+    Returns (outputs, failures): an empty string, one RDKit cannot parse (for
+    the canonical form), or one with tokens outside the vocabulary (the model
+    never learned them), gets a row of NaN and an entry (position, message)
+    in failures; the rest are still predicted.
     """
+    written = canonical_smiles(smiles_list) if smiles_form == "canonical" else list(smiles_list)
     encodable, failures = [], []
-    for i, smiles in enumerate(smiles_list):
-        unknown = tokenizer.unknown_tokens(smiles)
-        if smiles and not unknown:
+    for i, (given, smiles) in enumerate(zip(smiles_list, written)):
+        unknown = tokenizer.unknown_tokens(smiles) if smiles else []
+        if smiles is None:
+            failures.append((i, f"RDKit cannot parse {given!r}"))
+        elif smiles and not unknown:
             encodable.append(i)
         else:
             failures.append((i, f"unknown tokens {unknown} in {smiles!r}" if smiles else "empty SMILES"))
     if not encodable:
         return np.full((len(smiles_list), getattr(model, "num_outputs", 1)), np.nan), failures
-    loader = get_dataloader(smiles_list=[smiles_list[i] for i in encodable], labels=np.zeros(len(encodable)),
+    loader = get_dataloader(smiles_list=[written[i] for i in encodable], labels=np.zeros(len(encodable)),
                             tokenizer=tokenizer, batch_size=batch_size)
     _, sorted_outputs = predict(model, loader, device)
     outputs = np.full((len(smiles_list), sorted_outputs.shape[1]), np.nan)

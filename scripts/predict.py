@@ -21,7 +21,6 @@ import pandas as pd
 import torch
 
 from partorch import PartorchError, RNNPredictor, load_model_dir, predict_smiles, run_main
-from partorch.chem import canonical_smiles
 from partorch.tasks import task_from_dict
 from partorch.tokenizer import tokenizer_from_dict
 
@@ -45,25 +44,14 @@ def read_smiles(source, column):
     return frame[column].str.strip().tolist(), "row", 2  # row numbers as an editor shows them
 
 
-def as_trained(smiles, descriptions):
-    """The strings the model reads (the form it was trained on; a model from
-    before canonical SMILES read raw strings), and (position, message) for
-    each that RDKit cannot parse."""
-    if descriptions["hparams"].get("smiles_form", "raw") == "raw":
-        return smiles, []
-    written = canonical_smiles(smiles)
-    failures = [(i, f"RDKit cannot parse {s!r}") for i, (s, w) in enumerate(zip(smiles, written)) if w is None]
-    return [w or "" for w in written], failures
-
-
 def main(args):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, descriptions = load_model_dir(args.model_dir, build_model, device)
     task, tokenizer = task_from_dict(descriptions["task"]), tokenizer_from_dict(descriptions["tokenizer"])
     smiles, unit, first = read_smiles(args.input, args.smiles_column)
-    inputs, unparsable = as_trained(smiles, descriptions)
-    outputs, failures = predict_smiles(model, tokenizer, inputs, device, args.batch_size)
-    failures = sorted(unparsable + [f for f in failures if f[0] not in dict(unparsable)])
+    # the form the model was trained on; a model from before canonical SMILES read raw strings
+    form = descriptions["hparams"].get("smiles_form", "raw")
+    outputs, failures = predict_smiles(model, tokenizer, smiles, device, args.batch_size, smiles_form=form)
     for position, message in failures:
         print(f"warning: {args.input} {unit} {position + first}: {message}; not predicted", file=sys.stderr)
     predictions = task.predictions(outputs)

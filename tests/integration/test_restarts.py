@@ -140,6 +140,9 @@ def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     assert predicted["p_np"][6] == predicted["p_np"][7]  # one molecule, one prediction, whatever the style
     assert predict_smiles(model, tokenizer, ["CCO", "", "CCé"], "cpu")[1] == [
         (1, "empty SMILES"), (2, "unknown tokens ['é'] in 'CCé'")]
+    outputs, failures = predict_smiles(model, tokenizer, ["C1CC", "C1=CC=CC=C1O"], "cpu", smiles_form="canonical")
+    assert failures == [(0, "RDKit cannot parse 'C1CC'")] and outputs[1, 0] == pytest.approx(
+        np.log(predicted["p_np"][7] / (1 - predicted["p_np"][7])), abs=1e-4)  # phenol's logit, as predict.py gave
 
 
 @pytest.mark.timeout(300)
