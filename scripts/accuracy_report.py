@@ -5,15 +5,20 @@ fingerprints, on identical splits, over seeds, for each data set and split.
     python scripts/accuracy_report.py --datasets BBBP HIV SIDER ESOL Lipophilicity
     python scripts/accuracy_report.py --list          # the runs, and which are done
     python scripts/accuracy_report.py --write-only    # the tables from the runs done so far
+    python scripts/accuracy_report.py --recipes augment --only scaffold_0.8   # a heavier network recipe, too
 
 Every run writes its own folder under --runs (runs/accuracy/DATASET/SPLIT_SIZES/
-MODEL_FORM/seed_N). A run whose metrics.json exists is not run again and a
+MODEL_FORM[_RECIPE]/seed_N); what it scored is copied into the ledger,
+docs/accuracy_runs.json, which is committed: the tables are written from the
+ledger alone, so they survive the run folders (another machine, a cleaned
+disk). A run in the ledger is not run again (delete its entry to redo it); a
 network run cut short continues from its snapshot (--resume), so the command
 picks up where it stopped. Data sets other than BBBP must be placed first
 (python dataset/place_data.py NAME); one that is not placed is listed as such.
 """
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+import hashlib
 import importlib.util
 import json
 import os
@@ -21,6 +26,7 @@ from pathlib import Path
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1729, 1, 2, 3, 4)
@@ -37,6 +43,10 @@ GRID = {
 # The lesson of issue 15: the raw strings' writing style predicts BBBP's label.
 STYLE_LESSON = [("BBBP", split, TUTORIAL_SIZES, form) for split in ("scaffold", "stratified")
                 for form in ("raw", "canonical")]
+# Network recipes beyond the defaults, run with --recipes NAME: levers measured, not guessed.
+RECIPES = {
+    "augment": ["--augment", "--tta", "10"],  # a fresh random SMILES per molecule per epoch; 11 strings scored
+}
 
 
 @dataclass(frozen=True)
@@ -47,10 +57,21 @@ class Run:
     model: str  # "network" or "forest"
     form: str  # "canonical" or "raw"
     seed: int
+    recipe: str = "default"  # network flags beyond the defaults: a key of RECIPES
+
+    @property
+    def key(self):
+        """The run's name in the ledger, and its folder under --runs."""
+        recipe = "" if self.recipe == "default" else f"_{self.recipe}"
+        return f"{self.dataset}/{self.split}_{self.sizes.replace(',', '-')}/{self.model}_{self.form}{recipe}/" \
+               f"seed_{self.seed}"
+
+    @property
+    def label(self):
+        return self.model if self.recipe == "default" else f"{self.model}, {self.recipe}"
 
     def folder(self, runs):
-        return Path(runs) / self.dataset / f"{self.split}_{self.sizes.replace(',', '-')}" / \
-            f"{self.model}_{self.form}" / f"seed_{self.seed}"
+        return Path(runs) / self.key
 
     def command(self, csv, labels, processes):
         common = [str(csv), "--label-column", *labels, "--split", self.split, "--split-sizes", self.sizes,
@@ -60,12 +81,13 @@ class Run:
         same_molecules = ["--validate-smiles"] if self.form == "raw" else []  # raw strings of the same 2,039
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
                 str(ROOT / "scripts" / "basic_neural_network_ddp.py"), *common, *same_molecules, "--quiet",
-                *GRID[self.dataset].get("network", [])]
+                *GRID[self.dataset].get("network", []), *RECIPES.get(self.recipe, [])]
 
 
-def plan(datasets, seeds):
-    runs = [Run(name, split, sizes, model, "canonical", seed) for name in datasets
-            for split, sizes in GRID[name]["splits"] for model in ("forest", "network") for seed in seeds]
+def plan(datasets, seeds, recipes=()):
+    models = [("forest", "default"), ("network", "default"), *(("network", recipe) for recipe in recipes)]
+    runs = [Run(name, split, sizes, model, "canonical", seed, recipe) for name in datasets
+            for split, sizes in GRID[name]["splits"] for model, recipe in models for seed in seeds]
     if "BBBP" in datasets:
         runs += [Run(name, split, sizes, "network", form, seeds[0]) for name, split, sizes, form in STYLE_LESSON]
     return list(dict.fromkeys(runs))  # the lesson's canonical stratified run is already in the grid
@@ -99,27 +121,45 @@ def execute(run, args, labels):
     if run.model == "network" and (folder / "checkpoints" / "last.pt").exists():
         command.append("--resume")
     print(f"running {folder}", flush=True)
+    started = time.perf_counter()
     with open(folder / "run.log", "a") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     if done.returncode:
         raise SystemExit(f"error: {folder} failed (exit status {done.returncode}); see {folder / 'run.log'}")
+    return time.perf_counter() - started
 
 
-def result(run, runs):
-    """(test score, metrics.json) of a finished run, or None."""
-    path = run.folder(runs) / "metrics.json"
-    if not path.exists():
+def harvest(run, runs, seconds=None):
+    """The ledger entry of a run whose folder holds its metrics.json, or None.
+    `seconds`: the whole command's time, when this report ran it."""
+    folder = run.folder(runs)
+    if not (folder / "metrics.json").exists():
         return None
-    metrics = json.loads(path.read_text())
+    metrics = json.loads((folder / "metrics.json").read_text())
     score = "roc_auc" if metrics["task"] == "classification" else "rmse"
-    return metrics[f"test_{score}"], metrics
+    splits = json.loads((folder / "splits.json").read_text())
+    rows = [splits[name] for name in ("train", "dev", "test")]
+    seconds = seconds if seconds is not None else metrics.get("wall_seconds")
+    return {**asdict(run), "score": score, "test": metrics[f"test_{score}"],
+            "dev": metrics.get(f"best_dev_{score}", metrics.get(f"dev_{score}")),
+            "best_epoch": metrics.get("best_epoch"), "tasks": len(metrics["label_columns"]),
+            "molecules": sum(map(len, rows)), "minutes": None if seconds is None else round(seconds / 60, 1),
+            # what the identical-splits checks compare, once the folder is gone
+            "split_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest()}
 
 
-def split_rows(run, runs):
-    splits = json.loads((run.folder(runs) / "splits.json").read_text())
-    return [splits[name] for name in ("train", "dev", "test")]
+def load_ledger(path):
+    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+
+
+def save_ledger(ledger, path):
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    lines = [f" {json.dumps(key)}: {json.dumps(ledger[key])}" for key in sorted(ledger)]  # a run a line: git diffs
+    partial.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    partial.replace(path)
 
 
 def summary(scores):
@@ -147,97 +187,105 @@ def _percent(sizes):
     return "/".join(f"{round(float(s) * 100)}" for s in sizes.split(","))
 
 
-def dataset_section(name, runs, args):
-    """One data set's table, and how the network compares with the forest on each split."""
-    done = {run: result(run, args.runs) for run in runs}
-    finished = [r for r in runs if done[r]]
+def dataset_section(name, runs, done):
+    """One data set's table, and how each network recipe compares with the forest on each split."""
+    finished = [r for r in runs if done.get(r)]
     if not finished:
         return []
-    metrics = done[finished[0]][1]
-    higher = metrics["task"] == "classification"
+    first = done[finished[0]]
+    higher = first["score"] == "roc_auc"
     score_title = "ROC AUC" if higher else "RMSE"
-    if metrics["task"] == "classification" and len(metrics["label_columns"]) > 1:
-        score_title = f"ROC AUC, mean over {len(metrics['label_columns'])} tasks"
-    molecules = sum(len(rows) for rows in split_rows(finished[0], args.runs))
-    lines = [f"## {name} ({molecules:,} molecules, canonical SMILES)", "",
-             f"| split (train/dev/test %) | model | seeds | test {score_title} | per seed | best dev epoch |",
-             "|---|---|---|---|---|---|"]
+    if higher and first["tasks"] > 1:
+        score_title = f"ROC AUC, mean over {first['tasks']} tasks"
+    lines = [f"## {name} ({first['molecules']:,} molecules, canonical SMILES)", "",
+             f"| split (train/dev/test %) | model | seeds | test {score_title} | per seed | dev, mean "
+             f"| best dev epoch | minutes per run |", "|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for split, sizes in GRID[name]["splits"]:
-        cells = {}
-        for model in ("network", "forest"):
-            group = [r for r in finished if (r.split, r.sizes, r.model, r.form) == (split, sizes, model, "canonical")]
-            cells[model] = [done[r][0] for r in group]
-            if not group:
-                continue
-            mean, sd = summary(cells[model])
-            spread = f"{mean:.3f} +- {sd:.3f}" if len(group) > 1 else f"{mean:.3f}"
-            seeds = ", ".join(f"{done[r][0]:.3f}" for r in group)
-            epochs = ", ".join(str(done[r][1]["best_epoch"]) for r in group) if model == "network" else "-"
-            lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {model} | "
-                         f"{', '.join(str(r.seed) for r in group)} | {spread} | {seeds} | {epochs} |")
-        _check_identical_splits(name, split, sizes, finished, args.runs)
-        if cells["network"] and cells["forest"]:
-            verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}: "
-                            f"{verdict(cells['network'], cells['forest'], higher)}")
+        cell = [r for r in finished if (r.split, r.sizes) == (split, sizes)]
+        _check_identical_splits(name, split, cell, done)
+        scores = {}
+        for label in sorted(dict.fromkeys(r.label for r in cell), key=lambda m: (m == "forest", m != "network")):
+            entries = [(r, done[r]) for r in cell if r.label == label]
+            scores[label] = [entry["test"] for _, entry in entries]
+            lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
+        forest = scores.pop("forest", None)
+        for label, network in scores.items() if forest else ():
+            recipe = "" if label == "network" else f", {label}"
+            verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: {verdict(network, forest, higher)}")
     return lines + ["", *verdicts] + ([""] if verdicts else [])
 
 
-def _check_identical_splits(name, split, sizes, finished, runs):
+def _row(entries):
+    """seeds | mean +- sd | per seed | dev | best epochs | minutes, for one model on one split."""
+    tests = [entry["test"] for _, entry in entries]
+    mean, sd = summary(tests)
+    devs = [entry["dev"] for _, entry in entries if entry["dev"] is not None]
+    minutes = [entry["minutes"] for _, entry in entries if entry["minutes"] is not None]
+    epochs = [str(entry["best_epoch"]) for _, entry in entries if entry["best_epoch"] is not None]
+    return " | ".join([", ".join(str(run.seed) for run, _ in entries),
+                       f"{mean:.3f} +- {sd:.3f}" if len(tests) > 1 else f"{mean:.3f}",
+                       ", ".join(f"{t:.3f}" for t in tests),
+                       f"{statistics.mean(devs):.3f}" if devs else "-",
+                       ", ".join(epochs) or "-",
+                       f"{statistics.median(minutes):.1f}" if minutes else "-"])
+
+
+def _check_identical_splits(name, split, cell, done):
     by_seed = {}
-    for run in finished:
-        if (run.split, run.sizes, run.form) == (split, sizes, "canonical"):
-            by_seed.setdefault(run.seed, []).append(split_rows(run, runs))
-    for seed, rows in by_seed.items():
-        if any(r != rows[0] for r in rows[1:]):
+    for run in cell:
+        if done[run]["split_sha256"]:  # None: recorded before the ledger kept it, checked when it ran
+            by_seed.setdefault(run.seed, set()).add(done[run]["split_sha256"])
+    for seed, digests in by_seed.items():
+        if len(digests) > 1:
             raise SystemExit(f"error: {name} {split} seed {seed}: the network and the forest saw different splits")
 
 
-def style_section(args):
+def style_section(seed, done):
     """The raw-against-canonical rows: the same molecules and split, checked, only the strings differ."""
-    seed = args.seeds[0]
     lines = [f"## The writing-style lesson (BBBP, network, seed {seed})", "",
              "The same network, seed, molecules and split (checked); only the strings differ.", "",
              "| split (train/dev/test %) | SMILES given to the network | test ROC AUC |", "|---|---|---|"]
     runs = [Run(name, split, sizes, "network", form, seed) for name, split, sizes, form in STYLE_LESSON]
-    done = [run for run in runs if result(run, args.runs)]
-    for run in done:
-        twin = next((r for r in done if (r.split, r.sizes) == (run.split, run.sizes) and r.form != run.form), None)
-        if twin and split_rows(run, args.runs) != split_rows(twin, args.runs):
+    finished = [run for run in runs if done.get(run)]
+    for run in finished:
+        twin = next((r for r in finished if (r.split, r.sizes) == (run.split, run.sizes) and r.form != run.form), None)
+        digests = {done[r]["split_sha256"] for r in (run, twin) if r}
+        if None not in digests and len(digests) > 1:
             raise SystemExit(f"error: BBBP {run.split} seed {seed}: the raw and canonical runs saw different splits")
-        score = result(run, args.runs)[0]
-        lines.append(f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | {score:.3f} |")
-    return lines + [""] if done else []
+        lines.append(f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | {done[run]['test']:.3f} |")
+    return lines + [""] if finished else []
 
 
-def missing_section(runs, placed, args):
+def missing_section(runs, placed, done):
     lines = []
     for name in dict.fromkeys(r.dataset for r in runs):
-        if placed[name] is None:
+        if placed[name] is None and not any(done.get(r) for r in runs if r.dataset == name):
             lines.append(f"- {name}: not placed here (`python dataset/place_data.py {name}`), nothing run")
             continue
-        waiting = [r for r in runs if r.dataset == name and not result(r, args.runs)]
-        groups = dict.fromkeys((r.split, r.sizes, r.model, r.form) for r in waiting)
-        for split, sizes, model, form in groups:
-            seeds = [str(r.seed) for r in waiting if (r.split, r.sizes, r.model, r.form) == (split, sizes, model, form)]
-            lines.append(f"- {name} {split} {_percent(sizes)}, {model}, {form} SMILES: seeds {', '.join(seeds)}")
+        waiting = [r for r in runs if r.dataset == name and not done.get(r)]
+        groups = dict.fromkeys((r.split, r.sizes, r.label, r.form) for r in waiting)
+        for split, sizes, label, form in groups:
+            seeds = [str(r.seed) for r in waiting if (r.split, r.sizes, r.label, r.form) == (split, sizes, label, form)]
+            lines.append(f"- {name} {split} {_percent(sizes)}, {label}, {form} SMILES: seeds {', '.join(seeds)}")
     return ["## Not run yet", "", *lines, ""] if lines else []
 
 
 HEADER = """# Accuracy: the network against a fingerprint forest
 
 Written by `{command}`
-from the runs in `{runs}`: edit the script, not this file. Test scores, mean +- sample standard deviation over the seeds
-listed, each seed's figure after it.
+from the runs recorded in `{ledger}`: edit the script, not this file. Test scores, mean +- sample standard deviation
+over the seeds listed, each seed's figure after it; "dev, mean" is the best dev epoch's score (the figure any choice
+of recipe is made on), "minutes per run" the median over the seeds on this 2-core machine.
 
 - **network**: `scripts/basic_neural_network_ddp.py` with its default settings on
   {processes} processes (`torchrun --nproc-per-node {processes}`): at most 30 epochs, stopping
-  after 10 without a better dev score, the best dev epoch's weights scored on test.
+  after 10 without a better dev score, the best dev epoch's weights scored on test.{recipes}
 - **forest**: `scripts/baseline_fingerprints.py`: 500 trees on 2048-bit Morgan
   fingerprints of radius 2, one forest per label column.
 - **SMILES**: RDKit canonical (the scripts' default); rows RDKit cannot parse
   are dropped (11 in BBBP). Both models see the same molecules and, for each
-  seed, the same split (checked from the `splits.json` each run writes).
+  seed, the same split (checked from a digest of the `splits.json` each run writes).
 - **splits**: stratified by class, or random (several tasks, regression); scaffold
   puts whole Bemis-Murcko scaffold groups, largest first, in train, then dev,
   then test (DeepChem's order: the seed does not change it, so its spread is
@@ -246,18 +294,24 @@ listed, each seed's figure after it.
   order), then fills train, dev and test as scaffold does.
 - "within noise" means the means differ by less than two standard errors of
   their difference.
+- a dash for dev or minutes: the run was recorded from an earlier report, whose
+  run folders were lost, before the ledger kept those figures.
 """
 
 
-def write_report(runs, placed, args):
+def write_report(runs, placed, done, args):
     command = f"python scripts/accuracy_report.py --datasets {' '.join(args.datasets)} " \
-              f"--seeds {' '.join(map(str, args.seeds))}"
-    sections = [HEADER.format(command=command, runs=os.path.relpath(args.runs, ROOT), processes=args.processes)]
+              f"--seeds {' '.join(map(str, args.seeds))}" + \
+              (f" --recipes {' '.join(args.recipes)}" if args.recipes else "")
+    recipes = "".join(f"\n  - **network, {name}**: the defaults plus `{' '.join(RECIPES[name])}`"
+                      for name in args.recipes)
+    sections = [HEADER.format(command=command, ledger=os.path.relpath(args.ledger, ROOT), processes=args.processes,
+                              recipes=recipes)]
     for name in dict.fromkeys(r.dataset for r in runs):
-        sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], args)
-    if placed.get("BBBP"):
-        sections += style_section(args)
-    sections += missing_section(runs, placed, args)
+        sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], done)
+    if "BBBP" in args.datasets:
+        sections += style_section(args.seeds[0], done)
+    sections += missing_section(runs, placed, done)
     text = "\n".join(sections).rstrip() + "\n"
     doc = Path(args.doc)
     partial = doc.with_name(doc.name + ".partial")
@@ -266,34 +320,53 @@ def write_report(runs, placed, args):
     print(f"wrote {doc}")
 
 
+def collect(runs, ledger, runs_dir):
+    """Copy into the ledger every planned run whose folder holds a finished run: the folder is the fresher."""
+    for run in runs:
+        entry = harvest(run, runs_dir)
+        if entry:
+            if entry["minutes"] is None:  # a forest's time is measured by the report that ran it
+                entry["minutes"] = ledger.get(run.key, {}).get("minutes")
+            ledger[run.key] = entry
+
+
 def main(args):
-    args.runs, args.data_dir = Path(args.runs).resolve(), Path(args.data_dir).resolve()
+    args.runs, args.data_dir, args.ledger = (Path(p).resolve() for p in (args.runs, args.data_dir, args.ledger))
     placed = {name: placed_label_columns(name, args.data_dir) for name in args.datasets}
-    runs = plan(args.datasets, args.seeds)
+    runs = plan(args.datasets, args.seeds, args.recipes)
+    ledger = load_ledger(args.ledger)
+    collect(runs, ledger, args.runs)
     if args.list:
         for run in runs:
-            state = "done" if result(run, args.runs) else "not placed" if placed[run.dataset] is None else "to run"
-            print(f"{state:10} {os.path.relpath(run.folder(args.runs))}")
+            state = "done" if run.key in ledger else "not placed" if placed[run.dataset] is None else "to run"
+            print(f"{state:10} {run.key}")
         return
+    save_ledger(ledger, args.ledger)
     if not args.write_only:
-        chosen = [r for r in runs if args.only is None or args.only in str(r.folder(""))]
-        waiting = [r for r in chosen if placed[r.dataset] is not None and result(r, args.runs) is None]
+        chosen = [r for r in runs if args.only is None or args.only in r.key]
+        waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
         for run in sorted(waiting, key=lambda r: r.model != "forest"):  # forests first: minutes, not hours
-            execute(run, args, placed[run.dataset])
-    write_report(runs, placed, args)  # the whole grid, whatever --only ran
+            seconds = execute(run, args, placed[run.dataset])
+            ledger[run.key] = harvest(run, args.runs, seconds)
+            save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
+    write_report(runs, placed, {run: ledger.get(run.key) for run in runs}, args)  # the whole grid, whatever ran
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", choices=list(GRID), default=["BBBP"], help="(default: BBBP)")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="(default: 1729 1 2 3 4)")
-    parser.add_argument("--only", help="run only the runs whose folder contains this, e.g. forest or scaffold_ "
+    parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=[],
+                        help="network recipes to run and report beside the defaults (default: none)")
+    parser.add_argument("--only", help="run only the runs whose name contains this, e.g. forest or scaffold_ "
                                        "(the report still covers the whole grid)")
     parser.add_argument("--processes", type=int, default=2, help="torchrun processes per network run (default: 2)")
     parser.add_argument("--data-dir", default=str(ROOT / "dataset"), help="where NAME.csv are (default: dataset/)")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "accuracy"),
                         help="one folder per run (default: runs/accuracy)")
+    parser.add_argument("--ledger", default=str(ROOT / "docs" / "accuracy_runs.json"),
+                        help="every finished run's figures, kept with the project (default: docs/accuracy_runs.json)")
     parser.add_argument("--doc", default=str(ROOT / "docs" / "accuracy.md"), help="(default: docs/accuracy.md)")
     parser.add_argument("--list", action="store_true", help="list the runs and their state; run nothing")
-    parser.add_argument("--write-only", action="store_true", help="write the report from the runs done; run nothing")
+    parser.add_argument("--write-only", action="store_true", help="write the report from the ledger; run nothing")
     main(parser.parse_args())

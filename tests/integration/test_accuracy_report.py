@@ -1,6 +1,7 @@
 """scripts/accuracy_report.py: runs its grid for real (the forest cells: seconds
-each), resumes, and writes the tables from the runs' own files."""
+each), resumes, records every run in its ledger and writes the tables from it."""
 import json
+import shutil
 import statistics
 
 import pytest
@@ -13,8 +14,8 @@ CELL = "BBBP/stratified_0.72-0.18-0.1"
 
 @pytest.mark.timeout(300)
 def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_path):
-    runs, doc = tmp_path / "runs", tmp_path / "accuracy.md"
-    flags = ["--seeds", "1", "2", "--runs", runs, "--doc", doc]
+    runs, doc, ledger = tmp_path / "runs", tmp_path / "accuracy.md", tmp_path / "ledger.json"
+    flags = ["--seeds", "1", "2", "--runs", runs, "--doc", doc, "--ledger", ledger]
     first = run_script([REPORT, "--only", f"{CELL}/forest", *flags], timeout=280)
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.count("running ") == 2
@@ -30,15 +31,29 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     listing = run_script([REPORT, "--list", *flags], timeout=60).stdout
     assert sum(line.startswith("done") for line in listing.splitlines()) == 2
 
-    # two network runs, as a training run leaves them: better than the forest by 0.2 on the same splits
+    # network runs as a training run leaves them: better than the forest by 0.2 on the same splits, and a recipe
     for seed, score in zip((1, 2), forest):
         _fake_network_run(runs, seed, score + 0.2)
-    done = run_script([REPORT, "--write-only", *flags], timeout=60)
+        _fake_network_run(runs, seed, score - 0.3, recipe="augment")
+    done = run_script([REPORT, "--write-only", "--recipes", "augment", *flags], timeout=60)
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
+    assert "- stratified 72/18/10, network, augment: forest better by 0.300" in doc.read_text()
+    assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
 
-    splits = runs / CELL / "network_canonical" / "seed_2" / "splits.json"
-    splits.write_text(json.dumps({**json.loads(splits.read_text()), "test": [2, 3]}))
+    # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
+    kept = json.loads(ledger.read_text())
+    assert sorted(kept) == sorted(f"{CELL}/{model}/seed_{s}" for s in (1, 2)
+                                  for model in ("forest_canonical", "network_canonical", "network_canonical_augment"))
+    assert [kept[f"{CELL}/forest_canonical/seed_{s}"]["test"] for s in (1, 2)] == forest
+    before = doc.read_text()
+    shutil.rmtree(runs)
+    moved = run_script([REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", *flags], timeout=60)
+    assert moved.returncode == 0 and "running " not in moved.stdout, moved.stderr
+    assert doc.read_text() == before
+
+    # a network run redone on another split than the one the ledger recorded for the forest is refused
+    _fake_network_run(runs, 2, forest[1] + 0.2, forest_splits=False)
     before = doc.read_text()
     refused = run_script([REPORT, "--write-only", *flags], timeout=60)
     assert refused.returncode != 0
@@ -46,9 +61,12 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert doc.read_text() == before  # the last good report stays whole
 
 
-def _fake_network_run(runs, seed, score):
-    forest, network = (runs / CELL / f"{model}_canonical" / f"seed_{seed}" for model in ("forest", "network"))
+def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True):
+    """A finished network run's folder; its splits.json the forest's, or (forest_splits=False) a made-up one."""
+    forest = runs / CELL / "forest_canonical" / f"seed_{seed}"
+    network = runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
     network.mkdir(parents=True)
-    (network / "splits.json").write_text((forest / "splits.json").read_text())
+    splits = (forest / "splits.json").read_text() if forest_splits else json.dumps({"train": [0], "dev": [1], "test": [2]})
+    (network / "splits.json").write_text(splits)
     (network / "metrics.json").write_text(json.dumps({"test_roc_auc": score, "best_epoch": 7, "task": "classification",
                                                       "label_columns": ["p_np"]}))
