@@ -26,7 +26,6 @@ from pathlib import Path
 import statistics
 import subprocess
 import sys
-import time
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1729, 1, 2, 3, 4)
@@ -121,19 +120,16 @@ def execute(run, args, labels):
     if run.model == "network" and (folder / "checkpoints" / "last.pt").exists():
         command.append("--resume")
     print(f"running {folder}", flush=True)
-    started = time.perf_counter()
     with open(folder / "run.log", "a") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     if done.returncode:
         raise SystemExit(f"error: {folder} failed (exit status {done.returncode}); see {folder / 'run.log'}")
-    return time.perf_counter() - started
 
 
-def harvest(run, runs, seconds=None):
-    """The ledger entry of a run whose folder holds its metrics.json, or None.
-    `seconds`: the whole command's time, when this report ran it."""
+def harvest(run, runs):
+    """The ledger entry of a run whose folder holds its metrics.json, or None."""
     folder = run.folder(runs)
     if not (folder / "metrics.json").exists():
         return None
@@ -141,11 +137,10 @@ def harvest(run, runs, seconds=None):
     score = "roc_auc" if metrics["task"] == "classification" else "rmse"
     splits = json.loads((folder / "splits.json").read_text())
     rows = [splits[name] for name in ("train", "dev", "test")]
-    seconds = seconds if seconds is not None else metrics.get("wall_seconds")
     return {**asdict(run), "score": score, "test": metrics[f"test_{score}"],
             "dev": metrics.get(f"best_dev_{score}", metrics.get(f"dev_{score}")),
             "best_epoch": metrics.get("best_epoch"), "tasks": len(metrics["label_columns"]),
-            "molecules": sum(map(len, rows)), "minutes": None if seconds is None else round(seconds / 60, 1),
+            "molecules": sum(map(len, rows)), "seconds": metrics.get("wall_seconds"),  # the run's own clock: no torchrun start-up
             # what the identical-splits checks compare, once the folder is gone
             "split_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest()}
 
@@ -221,7 +216,7 @@ def _row(entries):
     tests = [entry["test"] for _, entry in entries]
     mean, sd = summary(tests)
     devs = [entry["dev"] for _, entry in entries if entry["dev"] is not None]
-    minutes = [entry["minutes"] for _, entry in entries if entry["minutes"] is not None]
+    minutes = [entry["seconds"] / 60 for _, entry in entries if entry["seconds"] is not None]
     epochs = [str(entry["best_epoch"]) for _, entry in entries if entry["best_epoch"] is not None]
     return " | ".join([", ".join(str(run.seed) for run, _ in entries),
                        f"{mean:.3f} +- {sd:.3f}" if len(tests) > 1 else f"{mean:.3f}",
@@ -325,8 +320,6 @@ def collect(runs, ledger, runs_dir):
     for run in runs:
         entry = harvest(run, runs_dir)
         if entry:
-            if entry["minutes"] is None:  # a forest's time is measured by the report that ran it
-                entry["minutes"] = ledger.get(run.key, {}).get("minutes")
             ledger[run.key] = entry
 
 
@@ -346,8 +339,8 @@ def main(args):
         chosen = [r for r in runs if args.only is None or args.only in r.key]
         waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
         for run in sorted(waiting, key=lambda r: r.model != "forest"):  # forests first: minutes, not hours
-            seconds = execute(run, args, placed[run.dataset])
-            ledger[run.key] = harvest(run, args.runs, seconds)
+            execute(run, args, placed[run.dataset])
+            ledger[run.key] = harvest(run, args.runs)
             save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
     write_report(runs, placed, {run: ledger.get(run.key) for run in runs}, args)  # the whole grid, whatever ran
 

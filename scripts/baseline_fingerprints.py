@@ -15,6 +15,7 @@ and splits.json as a training run does.
 import argparse
 from pathlib import Path
 import sys
+import time
 
 import numpy as np
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
@@ -44,6 +45,7 @@ def forest_predictions(features, labels, train, kind, args):
 
 
 def main(args):
+    started = time.perf_counter()
     # as the training scripts do: a scaffold needs a parsed molecule, and the canonical form parses them all
     table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
                               smiles_form=args.smiles_form, parse="scaffold" in args.split)
@@ -67,7 +69,7 @@ def main(args):
         # metrics.json last, whole or not at all: the accuracy report takes it for "this run is done"
         atomic_write_json({f"test_{score}": scores["test"][score], f"dev_{score}": scores["dev"][score],
                            "task": kind, "label_columns": task.columns, "test_metrics": scores["test"],
-                           "seed": args.seed, "split": args.split,
+                           "seed": args.seed, "split": args.split, "wall_seconds": time.perf_counter() - started,
                            "model": f"random forest, {args.trees} trees, Morgan r={args.radius}, {args.bits} bits"},
                           output / "metrics.json")
     print(task.final_line(scores["test"]))

@@ -46,6 +46,7 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert sorted(kept) == sorted(f"{CELL}/{model}/seed_{s}" for s in (1, 2)
                                   for model in ("forest_canonical", "network_canonical", "network_canonical_augment"))
     assert [kept[f"{CELL}/forest_canonical/seed_{s}"]["test"] for s in (1, 2)] == forest
+    assert all(0 < kept[f"{CELL}/forest_canonical/seed_{s}"]["seconds"] < 300 for s in (1, 2))  # the run's own clock
     before = doc.read_text()
     shutil.rmtree(runs)
     moved = run_script([REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", *flags], timeout=60)
