@@ -34,11 +34,12 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     # network runs as a training run leaves them: better than the forest by 0.2 on the same splits, and a recipe
     for seed, score in zip((1, 2), forest):
         _fake_network_run(runs, seed, score + 0.2)
-        _fake_network_run(runs, seed, score - 0.3, recipe="augment")
+        _fake_network_run(runs, seed, score - 0.3, recipe="augment", dev=0.85)
     done = run_script([REPORT, "--write-only", "--recipes", "augment", *flags], timeout=60)
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
-    assert "- stratified 72/18/10, network, augment: forest better by 0.300" in doc.read_text()
+    assert "- stratified 72/18/10, network, augment: forest better by 0.300; on dev, -0.050 against the default " \
+           "network (seeds 1, 2)" in doc.read_text()
     assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
 
     # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
@@ -62,12 +63,12 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert doc.read_text() == before  # the last good report stays whole
 
 
-def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True):
+def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.9):
     """A finished network run's folder; its splits.json the forest's, or (forest_splits=False) a made-up one."""
     forest = runs / CELL / "forest_canonical" / f"seed_{seed}"
     network = runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
     network.mkdir(parents=True)
     splits = (forest / "splits.json").read_text() if forest_splits else json.dumps({"train": [0], "dev": [1], "test": [2]})
     (network / "splits.json").write_text(splits)
-    (network / "metrics.json").write_text(json.dumps({"test_roc_auc": score, "best_epoch": 7, "task": "classification",
-                                                      "label_columns": ["p_np"]}))
+    (network / "metrics.json").write_text(json.dumps({"test_roc_auc": score, "best_dev_roc_auc": dev, "best_epoch": 7,
+                                                      "task": "classification", "label_columns": ["p_np"]}))
