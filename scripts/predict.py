@@ -3,20 +3,24 @@
     python scripts/predict.py runs/ddp/version_0 dataset/BBBP.csv > predictions.csv
     echo 'CCO' | python scripts/predict.py runs/ddp/version_0 -
     python scripts/predict.py runs/ddp/version_0 molecules.csv --smiles-column SMILES --output out.csv
+    python scripts/predict.py runs/seed_1 runs/seed_2 runs/seed_3 molecules.csv   # an ensemble: the mean
 
 MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
 task.json, tokenizer.json). Each task's column is named after the label
 column it was trained on: the probability of class 1 for classification,
-the predicted value in the label's units for regression. Molecules are
-written as the model was trained on them (canonical SMILES unless it was
-trained with --smiles-form raw). A row that is empty, that RDKit cannot
-parse, or that holds tokens outside the training vocabulary is reported on
-stderr with its row number and left empty; the others are still predicted.
+the predicted value in the label's units for regression. Several MODEL_DIRs
+trained for the same tasks (one run per seed, say) give the mean of their
+predictions. Molecules are written as each model was trained on them
+(canonical SMILES unless it was trained with --smiles-form raw). A row that
+is empty, that RDKit cannot parse, or that holds tokens outside a model's
+vocabulary is reported on stderr with its row number and left empty; the
+others are still predicted.
 """
 import argparse
 import csv
 import sys
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -44,21 +48,36 @@ def read_smiles(source, column):
     return frame[column].str.strip().tolist(), "row", 2  # row numbers as an editor shows them
 
 
-def main(args):
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model, descriptions = load_model_dir(args.model_dir, build_model, device)
+def predict_with(model_dir, smiles, device, batch_size):
+    """(task, predictions, failures) of one trained model for `smiles`."""
+    model, descriptions = load_model_dir(model_dir, build_model, device)
     task, tokenizer = task_from_dict(descriptions["task"]), tokenizer_from_dict(descriptions["tokenizer"])
-    smiles, unit, first = read_smiles(args.input, args.smiles_column)
     # the form the model was trained on; a model from before canonical SMILES read raw strings
     form = descriptions["hparams"].get("smiles_form", "raw")
-    outputs, failures = predict_smiles(model, tokenizer, smiles, device, args.batch_size, smiles_form=form)
-    for position, message in failures:
+    outputs, failures = predict_smiles(model, tokenizer, smiles, device, batch_size, smiles_form=form)
+    return task, task.predictions(outputs), failures
+
+
+def main(args):
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    smiles, unit, first = read_smiles(args.input, args.smiles_column)
+    tasks, predictions, failed = [], [], {}
+    for model_dir in args.model_dir:
+        task, predicted, failures = predict_with(model_dir, smiles, device, args.batch_size)
+        if tasks and (task.kind, task.columns) != (tasks[0].kind, tasks[0].columns):
+            raise PartorchError(f"{model_dir} predicts {task.kind} of {task.columns}, {args.model_dir[0]} "
+                                f"{tasks[0].kind} of {tasks[0].columns}: an ensemble needs the same tasks")
+        tasks.append(task)
+        predictions.append(predicted)
+        for position, message in failures:
+            failed.setdefault(position, message)
+    for position, message in sorted(failed.items()):
         print(f"warning: {args.input} {unit} {position + first}: {message}; not predicted", file=sys.stderr)
-    predictions = task.predictions(outputs)
+    mean = np.mean(predictions, axis=0)  # NaN, an empty cell, where any model could not predict
     out = open(args.output, "w", newline="") if args.output else sys.stdout
     writer = csv.writer(out)
-    writer.writerow([args.smiles_column, *task.columns])
-    for s, row in zip(smiles, predictions):
+    writer.writerow([args.smiles_column, *tasks[0].columns])
+    for s, row in zip(smiles, mean):
         writer.writerow([s, *("" if p != p else f"{p:.6f}" for p in row)])
     if args.output:
         out.close()
@@ -66,7 +85,7 @@ def main(args):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", help="a training run's output folder")
+    parser.add_argument("model_dir", nargs="+", help="a training run's output folder; several average their predictions")
     parser.add_argument("input", help="CSV file with a SMILES column, or - for one SMILES a line on stdin")
     parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
     parser.add_argument("--output", help="write here instead of stdout")

@@ -156,3 +156,27 @@ def test_predict_writes_one_column_per_task_in_the_labels_units(tmp_path, esol_s
     lines = result.stdout.splitlines()
     assert lines[0] == "smiles,logSolubility" and len(lines) == 3
     assert all(-8 < float(line.split(",")[1]) < 3 for line in lines[1:])  # log mol/L, not standardised units
+
+    # an ensemble: a second seed's model, and the mean of the two
+    other = tmp_path / "seed_2"
+    assert run_script([SINGLE, esol_subset, "--label-column", "logSolubility", "--output-dir", other, "--seed", "2",
+                       *FAST_FLAGS]).returncode == 0
+    single = [_predict([model, "-"], "CCO\nc1ccccc1\n") for model in (out, other)]
+    both = _predict([out, other, "-"], "CCO\nc1ccccc1\n")
+    assert single[0] != single[1]
+    assert both == pytest.approx([(a + b) / 2 for a, b in zip(*single)], abs=2e-6)
+
+    # models trained for other tasks do not average: one clear line
+    (other / "task.json").write_text((other / "task.json").read_text().replace("logSolubility", "solubility"))
+    refused = run_script([SCRIPTS / "predict.py", out, other, esol_subset])
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert error_lines(refused.stderr) == [f"error: {other} predicts regression of ['solubility'], {out} regression "
+                                           f"of ['logSolubility']: an ensemble needs the same tasks"]
+
+
+def _predict(arguments, stdin):
+    """predict.py's predictions for SMILES given on stdin, one task."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "predict.py"), *map(str, arguments)], input=stdin,
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return [float(line.split(",")[1]) for line in result.stdout.splitlines()[1:]]
