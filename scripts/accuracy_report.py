@@ -26,6 +26,11 @@ from pathlib import Path
 import statistics
 import subprocess
 import sys
+import tempfile
+
+import pandas as pd
+
+from partorch.tasks import task_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1729, 1, 2, 3, 4)
@@ -39,6 +44,7 @@ GRID = {
     "ESOL": {"splits": [("random", PAPER_SIZES)]},
     "Lipophilicity": {"splits": [("random", PAPER_SIZES)]},
 }
+SEED_INDEPENDENT_SPLITS = {"scaffold"}  # where every seed trains, tunes and tests on the same molecules
 # The lesson of issue 15: the raw strings' writing style predicts BBBP's label.
 STYLE_LESSON = [("BBBP", split, TUTORIAL_SIZES, form) for split in ("scaffold", "stratified")
                 for form in ("raw", "canonical")]
@@ -157,6 +163,55 @@ def save_ledger(ledger, path):
     partial.replace(path)
 
 
+def ensemble_key(group):
+    """The ledger's name for the ensemble of a group of runs that differ by seed alone."""
+    return f"{group[0].key.rsplit('/', 1)[0]}/ensemble_of_seeds_{'-'.join(str(r.seed) for r in group)}"
+
+
+def ensemble_groups(runs, ledger):
+    """Network runs that differ by seed alone, all done, on a split the seed does not change
+    (the same dev and test molecules, so their predictions can be averaged), without --tta
+    (predict.py scores the given SMILES only)."""
+    groups = {}
+    for run in runs:
+        if run.model == "network" and "--tta" not in RECIPES.get(run.recipe, []):
+            groups.setdefault(run.key.rsplit("/", 1)[0], []).append(run)
+    return [group for group in groups.values() if len(group) > 1 and all(r.key in ledger for r in group)
+            and group[0].split in SEED_INDEPENDENT_SPLITS]
+
+
+def score_ensemble(group, runs_dir, data_dir):
+    """The ledger entry of the mean prediction of a group's best models on its dev and test
+    molecules (scripts/predict.py with every seed's model folder), or None without the folders."""
+    folders = [run.folder(runs_dir) for run in group]
+    if not all((folder / "best_model.pt").exists() for folder in folders):
+        return None
+    splits = [json.loads((folder / "splits.json").read_text()) for folder in folders]
+    if any([s["dev"], s["test"]] != [splits[0]["dev"], splits[0]["test"]] for s in splits[1:]):
+        raise SystemExit(f"error: {ensemble_key(group)}: the seeds' dev or test molecules differ")
+    hparams = json.loads((folders[0] / "hparams.json").read_text())
+    task = task_from_dict(json.loads((folders[0] / "task.json").read_text()))
+    frame = pd.read_csv(Path(data_dir) / f"{group[0].dataset}.csv", dtype=str, keep_default_na=False)
+    scores = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for part in ("dev", "test"):
+            rows = frame.iloc[[row - 2 for row in splits[0][part]]]  # splits.json numbers rows as an editor does
+            rows.to_csv(Path(scratch) / f"{part}.csv", index=False)
+            command = [sys.executable, str(ROOT / "scripts" / "predict.py"), *map(str, folders),
+                       str(Path(scratch) / f"{part}.csv"), "--smiles-column", hparams["smiles_column"],
+                       "--output", str(Path(scratch) / f"{part}_predictions.csv")]
+            done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+            if done.returncode:
+                raise SystemExit(f"error: scoring {ensemble_key(group)}: {(done.stderr.strip() or '?').splitlines()[-1]}")
+            predictions = pd.read_csv(Path(scratch) / f"{part}_predictions.csv")[task.columns].to_numpy(float)
+            labels = rows[task.columns].replace("", "nan").to_numpy(float)
+            scores[part] = task.metrics(labels, task.outputs_for(predictions))[task.score_name]
+    first = asdict(group[0])
+    return {**{k: first[k] for k in ("dataset", "split", "sizes", "model", "form", "recipe")},
+            "seeds": [run.seed for run in group], "score": task.score_name, "test": scores["test"],
+            "dev": scores["dev"], "tasks": len(task.columns)}
+
+
 def summary(scores):
     sd = statistics.stdev(scores) if len(scores) > 1 else 0.0
     return statistics.mean(scores), sd
@@ -182,8 +237,8 @@ def _percent(sizes):
     return "/".join(f"{round(float(s) * 100)}" for s in sizes.split(","))
 
 
-def dataset_section(name, runs, done):
-    """One data set's table, and how each network recipe compares with the forest on each split."""
+def dataset_section(name, runs, done, ensembles):
+    """One data set's table, and how each network recipe (and ensemble) compares with the forest on each split."""
     finished = [r for r in runs if done.get(r)]
     if not finished:
         return []
@@ -205,12 +260,22 @@ def dataset_section(name, runs, done):
             scores[label] = [entry["test"] for _, entry in entries]
             devs[label] = {r.seed: entry["dev"] for r, entry in entries if entry["dev"] is not None}
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
+            ensemble = ensembles.get(ensemble_key([r for r, _ in entries]))
+            if ensemble:
+                label = f"{label}, ensemble of {len(entries)} seeds"
+                scores[label], devs[label] = [ensemble["test"]], {seed: ensemble["dev"] for seed in ensemble["seeds"]}
+                lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} |")
         forest = scores.pop("forest", None)
         for label, network in scores.items() if forest else ():
-            recipe = "" if label == "network" else f", {label}"
+            recipe = "" if label == "network" else label.replace("network", "", 1)
             verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: {verdict(network, forest, higher)}"
                             f"{_dev_gain(devs[label], devs.get('network', {}), higher) if recipe else ''}")
     return lines + ["", *verdicts] + ([""] if verdicts else [])
+
+
+def _row_of_one(ensemble):
+    """The table's cells for an ensemble: one figure, made of the seeds' models."""
+    return f"{', '.join(map(str, ensemble['seeds']))} | {ensemble['test']:.3f} | - | {ensemble['dev']:.3f} | - | -"
 
 
 def _dev_gain(recipe, default, higher_is_better):
@@ -219,7 +284,7 @@ def _dev_gain(recipe, default, higher_is_better):
     if not seeds:
         return ""
     gain = statistics.mean(recipe[s] - default[s] for s in seeds) * (1 if higher_is_better else -1)
-    return f"; on dev, {gain:+.3f} against the default network (seeds {', '.join(map(str, seeds))})"
+    return f"; on dev, {gain:+.3f} against the default network's mean (seeds {', '.join(map(str, seeds))})"
 
 
 def _row(entries):
@@ -305,7 +370,7 @@ of recipe is made on), "minutes per run" the median over the seeds on this 2-cor
 """
 
 
-def write_report(runs, placed, done, args):
+def write_report(runs, placed, ledger, args):
     command = f"python scripts/accuracy_report.py --datasets {' '.join(args.datasets)} " \
               f"--seeds {' '.join(map(str, args.seeds))}" + \
               (f" --recipes {' '.join(args.recipes)}" if args.recipes else "")
@@ -313,8 +378,10 @@ def write_report(runs, placed, done, args):
                       for name in args.recipes)
     sections = [HEADER.format(command=command, ledger=os.path.relpath(args.ledger, ROOT), processes=args.processes,
                               recipes=recipes)]
+    done = {run: ledger.get(run.key) for run in runs}
     for name in dict.fromkeys(r.dataset for r in runs):
-        sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], done)
+        sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], done,
+                                    ledger)
     if "BBBP" in args.datasets:
         sections += style_section(args.seeds[0], done)
     sections += missing_section(runs, placed, done)
@@ -353,7 +420,19 @@ def main(args):
             execute(run, args, placed[run.dataset])
             ledger[run.key] = harvest(run, args.runs)
             save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
-    write_report(runs, placed, {run: ledger.get(run.key) for run in runs}, args)  # the whole grid, whatever ran
+    add_ensembles(runs, ledger, args)
+    save_ledger(ledger, args.ledger)
+    write_report(runs, placed, ledger, args)  # the whole grid, whatever ran
+
+
+def add_ensembles(runs, ledger, args):
+    """Score (seconds: predictions, no training) the ensembles not in the ledger, or whose members changed."""
+    for group in ensemble_groups(runs, ledger):
+        members = {run.key: ledger[run.key]["test"] for run in group}
+        if ledger.get(ensemble_key(group), {}).get("members") != members:
+            entry = score_ensemble(group, args.runs, args.data_dir)
+            if entry:
+                ledger[ensemble_key(group)] = {**entry, "members": members}
 
 
 if __name__ == "__main__":
