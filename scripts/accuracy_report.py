@@ -146,7 +146,8 @@ def harvest(run, runs):
     return {**asdict(run), "score": score, "test": metrics[f"test_{score}"],
             "dev": metrics.get(f"best_dev_{score}", metrics.get(f"dev_{score}")),
             "best_epoch": metrics.get("best_epoch"), "tasks": len(metrics["label_columns"]),
-            "molecules": sum(map(len, rows)), "seconds": metrics.get("wall_seconds"),  # the run's own clock: no torchrun start-up
+            "molecules": sum(map(len, rows)),
+            "seconds": metrics.get("wall_seconds"),  # the run's own clock: no torchrun start-up
             # what the identical-splits checks compare, once the folder is gone
             "split_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest()}
 
@@ -165,7 +166,8 @@ def save_ledger(ledger, path):
 
 def ensemble_key(group):
     """The ledger's name for the ensemble of a group of runs that differ by seed alone."""
-    return f"{group[0].key.rsplit('/', 1)[0]}/ensemble_of_seeds_{'-'.join(str(r.seed) for r in group)}"
+    seeds = "-".join(str(seed) for seed in sorted(run.seed for run in group))
+    return f"{group[0].key.rsplit('/', 1)[0]}/ensemble_of_seeds_{seeds}"
 
 
 def ensemble_groups(runs, ledger):
@@ -202,7 +204,8 @@ def score_ensemble(group, runs_dir, data_dir):
                        "--output", str(Path(scratch) / f"{part}_predictions.csv")]
             done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             if done.returncode:
-                raise SystemExit(f"error: scoring {ensemble_key(group)}: {(done.stderr.strip() or '?').splitlines()[-1]}")
+                why = (done.stderr.strip() or "?").splitlines()[-1]
+                raise SystemExit(f"error: scoring {ensemble_key(group)}: {why}")
             predictions = pd.read_csv(Path(scratch) / f"{part}_predictions.csv")[task.columns].to_numpy(float)
             labels = rows[task.columns].replace("", "nan").to_numpy(float)
             scores[part] = task.metrics(labels, task.outputs_for(predictions))[task.score_name]
@@ -261,7 +264,7 @@ def dataset_section(name, runs, done, ensembles):
             devs[label] = {r.seed: entry["dev"] for r, entry in entries if entry["dev"] is not None}
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
             ensemble = ensembles.get(ensemble_key([r for r, _ in entries]))
-            if ensemble:
+            if ensemble and ensemble["members"] == {r.key: entry["test"] for r, entry in entries}:
                 label = f"{label}, ensemble of {len(entries)} seeds"
                 scores[label], devs[label] = [ensemble["test"]], {seed: ensemble["dev"] for seed in ensemble["seeds"]}
                 lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} |")
@@ -414,11 +417,13 @@ def main(args):
         return
     save_ledger(ledger, args.ledger)
     if not args.write_only:
-        chosen = [r for r in runs if args.only is None or args.only in r.key]
+        chosen = [r for r in runs if args.only is None or args.only in r.key + "/"]
         waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
         for run in sorted(waiting, key=lambda r: r.model != "forest"):  # forests first: minutes, not hours
             execute(run, args, placed[run.dataset])
             ledger[run.key] = harvest(run, args.runs)
+            if ledger[run.key] is None:
+                raise SystemExit(f"error: {run.folder(args.runs)} ended without writing metrics.json")
             save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
     add_ensembles(runs, ledger, args)
     save_ledger(ledger, args.ledger)
@@ -426,11 +431,13 @@ def main(args):
 
 
 def add_ensembles(runs, ledger, args):
-    """Score (seconds: predictions, no training) the ensembles not in the ledger, or whose members changed."""
+    """Score (seconds: predictions, no training) the ensembles not in the ledger, or whose members changed;
+    one whose members changed and whose folders are gone is dropped."""
     for group in ensemble_groups(runs, ledger):
         members = {run.key: ledger[run.key]["test"] for run in group}
         if ledger.get(ensemble_key(group), {}).get("members") != members:
             entry = score_ensemble(group, args.runs, args.data_dir)
+            ledger.pop(ensemble_key(group), None)
             if entry:
                 ledger[ensemble_key(group)] = {**entry, "members": members}
 
@@ -441,7 +448,8 @@ if __name__ == "__main__":
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="(default: 1729 1 2 3 4)")
     parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=[],
                         help="network recipes to run and report beside the defaults (default: none)")
-    parser.add_argument("--only", help="run only the runs whose name contains this, e.g. forest or scaffold_ "
+    parser.add_argument("--only", help="run only the runs whose name (as --list prints it, plus a final /) "
+                                       "contains this, e.g. forest, scaffold_0.8 or network_canonical/ "
                                        "(the report still covers the whole grid)")
     parser.add_argument("--processes", type=int, default=2, help="torchrun processes per network run (default: 2)")
     parser.add_argument("--data-dir", default=str(ROOT / "dataset"), help="where NAME.csv are (default: dataset/)")
@@ -451,5 +459,6 @@ if __name__ == "__main__":
                         help="every finished run's figures, kept with the project (default: docs/accuracy_runs.json)")
     parser.add_argument("--doc", default=str(ROOT / "docs" / "accuracy.md"), help="(default: docs/accuracy.md)")
     parser.add_argument("--list", action="store_true", help="list the runs and their state; run nothing")
-    parser.add_argument("--write-only", action="store_true", help="write the report from the ledger; run nothing")
+    parser.add_argument("--write-only", action="store_true", help="write the report from the ledger and the ensembles "
+                        "it can score (seconds); train nothing")
     main(parser.parse_args())

@@ -78,14 +78,15 @@ def main(args):
     writer = csv.writer(out)
     writer.writerow([args.smiles_column, *tasks[0].columns])
     for s, row in zip(smiles, mean):
-        writer.writerow([s, *("" if p != p else f"{p:.6f}" for p in row)])
+        writer.writerow([s, *("" if p != p else f"{p:.10g}" for p in row)])  # ROC AUC needs no ties made here
     if args.output:
         out.close()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", nargs="+", help="a training run's output folder; several average their predictions")
+    parser.add_argument("model_dir", nargs="+",
+                        help="a training run's output folder; several average their predictions")
     parser.add_argument("input", help="CSV file with a SMILES column, or - for one SMILES a line on stdin")
     parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
     parser.add_argument("--output", help="write here instead of stdout")

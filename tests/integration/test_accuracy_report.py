@@ -72,7 +72,8 @@ def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.
     forest = runs / CELL / "forest_canonical" / f"seed_{seed}"
     network = runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
     network.mkdir(parents=True)
-    splits = (forest / "splits.json").read_text() if forest_splits else json.dumps({"train": [0], "dev": [1], "test": [2]})
+    made_up = json.dumps({"train": [0], "dev": [1], "test": [2]})
+    splits = (forest / "splits.json").read_text() if forest_splits else made_up
     (network / "splits.json").write_text(splits)
     (network / "metrics.json").write_text(json.dumps({"test_roc_auc": score, "best_dev_roc_auc": dev, "best_epoch": 7,
                                                       "task": "classification", "label_columns": ["p_np"]}))
@@ -83,10 +84,11 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     runs, doc, ledger = tmp_path / "runs", tmp_path / "accuracy.md", tmp_path / "ledger.json"
     folders = [runs / SCAFFOLD / "network_canonical" / f"seed_{seed}" for seed in (1, 2)]
     for seed, folder in zip((1, 2), folders):  # small networks, trained for real where the report keeps its runs
-        trained = run_script([SINGLE, ROOT / "dataset" / "BBBP.csv", "--split", "scaffold", "--split-sizes", "0.8,0.1,0.1",
-                              "--seed", seed, "--output-dir", folder, *FAST_FLAGS], timeout=120)
+        trained = run_script([SINGLE, ROOT / "dataset" / "BBBP.csv", "--split", "scaffold", "--split-sizes",
+                              "0.8,0.1,0.1", "--seed", seed, "--output-dir", folder, *FAST_FLAGS], timeout=120)
         assert trained.returncode == 0, trained.stderr[-2000:]
-    written = run_script([REPORT, "--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc, "--ledger", ledger],
+    written = run_script([REPORT, "--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc,
+                          "--ledger", ledger],
                          timeout=120)
     assert written.returncode == 0, written.stderr[-2000:]
 
@@ -101,6 +103,8 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
         predicted = run_script([SCRIPTS / "predict.py", folder, tmp_path / "test.csv", "--output", tmp_path / "p.csv"])
         assert predicted.returncode == 0, predicted.stderr
         each.append(pd.read_csv(tmp_path / "p.csv")["p_np"].to_numpy())
+        own = json.loads((folder / "metrics.json").read_text())["test_roc_auc"]
+        assert roc_auc_score(test["p_np"].astype(int), each[-1]) == pytest.approx(own, abs=1e-4)  # the run's test rows
     assert not (each[0] == each[1]).all()
     assert ensemble["test"] == pytest.approx(roc_auc_score(test["p_np"].astype(int), (each[0] + each[1]) / 2), abs=1e-4)
     assert ensemble["seeds"] == [1, 2] and 0 < ensemble["dev"] <= 1
