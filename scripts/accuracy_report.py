@@ -156,12 +156,17 @@ def load_ledger(path):
     return json.loads(Path(path).read_text()) if Path(path).exists() else {}
 
 
-def save_ledger(ledger, path):
+def write_whole(path, text):
+    """Write `path` through a sibling file: one cut short leaves the previous version whole."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
-    lines = [f" {json.dumps(key)}: {json.dumps(ledger[key])}" for key in sorted(ledger)]  # a run a line: git diffs
-    partial.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    partial.write_text(text)
     partial.replace(path)
+
+
+def save_ledger(ledger, path):
+    lines = [f" {json.dumps(key)}: {json.dumps(ledger[key])}" for key in sorted(ledger)]  # a run a line: git diffs
+    write_whole(path, "{\n" + ",\n".join(lines) + "\n}\n")
 
 
 def ensemble_key(group):
@@ -240,7 +245,7 @@ def _percent(sizes):
     return "/".join(f"{round(float(s) * 100)}" for s in sizes.split(","))
 
 
-def dataset_section(name, runs, done, ensembles):
+def dataset_section(name, runs, done, ledger):
     """One data set's table, and how each network recipe (and ensemble) compares with the forest on each split."""
     finished = [r for r in runs if done.get(r)]
     if not finished:
@@ -263,7 +268,7 @@ def dataset_section(name, runs, done, ensembles):
             scores[label] = [entry["test"] for _, entry in entries]
             devs[label] = {r.seed: entry["dev"] for r, entry in entries if entry["dev"] is not None}
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
-            ensemble = ensembles.get(ensemble_key([r for r, _ in entries]))
+            ensemble = ledger.get(ensemble_key([r for r, _ in entries]))
             if ensemble and ensemble["members"] == {r.key: entry["test"] for r, entry in entries}:
                 label = f"{label}, ensemble of {len(entries)} seeds"
                 scores[label], devs[label] = [ensemble["test"]], {seed: ensemble["dev"] for seed in ensemble["seeds"]}
@@ -389,11 +394,8 @@ def write_report(runs, placed, ledger, args):
         sections += style_section(args.seeds[0], done)
     sections += missing_section(runs, placed, done)
     text = "\n".join(sections).rstrip() + "\n"
-    doc = Path(args.doc)
-    partial = doc.with_name(doc.name + ".partial")
-    partial.write_text(text)
-    partial.replace(doc)  # a report cut short leaves the previous one whole
-    print(f"wrote {doc}")
+    write_whole(args.doc, text)
+    print(f"wrote {args.doc}")
 
 
 def collect(runs, ledger, runs_dir):
