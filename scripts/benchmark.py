@@ -159,7 +159,7 @@ def reference_setup(args, placement, smiles, labels, tokenizer):
 
     model = PackedRNNPredictor(tokenizer.vocab_size, **MODEL)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    writer = SummaryWriter(tempfile.mkdtemp(prefix="reference-tb-"))
+    writer = SummaryWriter(Path(args.out).parent / "reference-tb")  # inside launch()'s temporary folder
     counter = iter(range(10 ** 9))
     batches = reference_batches(smiles, labels, tokenizer, batch_size=args.batch_size, num_workers=2)
 

@@ -108,17 +108,17 @@ def main():
     train, dev, test = loader(splits.train, True), loader(splits.dev, False), loader(splits.test, False)
     model = PackedRNNPredictor(tokenizer.vocab_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
-    writer = SummaryWriter(tempfile.mkdtemp(prefix="reference-tb-"))
     best_auc, best_state, step = -1.0, None, 0
-    for epoch in range(1, args.epochs + 1):
-        model.train()
-        for batch in train:
-            reference_step(model, optimizer, batch, writer, step)
-            step += 1
-        auc = _roc_auc(model, dev)
-        print(f"epoch {epoch} dev ROC AUC {auc:.4f}", flush=True)
-        if auc > best_auc:
-            best_auc, best_state = auc, copy.deepcopy(model.state_dict())
+    with tempfile.TemporaryDirectory(prefix="reference-tb-") as events, SummaryWriter(events) as writer:
+        for epoch in range(1, args.epochs + 1):
+            model.train()
+            for batch in train:
+                reference_step(model, optimizer, batch, writer, step)
+                step += 1
+            auc = _roc_auc(model, dev)
+            print(f"epoch {epoch} dev ROC AUC {auc:.4f}", flush=True)
+            if auc > best_auc:
+                best_auc, best_state = auc, copy.deepcopy(model.state_dict())
     model.load_state_dict(best_state)
     print(f"Final test ROC AUC: {_roc_auc(model, test):.4f}")
 
