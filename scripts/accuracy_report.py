@@ -51,6 +51,7 @@ STYLE_LESSON = [("BBBP", split, TUTORIAL_SIZES, form) for split in ("scaffold", 
 # Network recipes beyond the defaults, run with --recipes NAME: levers measured, not guessed.
 RECIPES = {
     "augment": ["--augment", "--tta", "10"],  # a fresh random SMILES per molecule per epoch; 11 strings scored
+    "long": ["--epochs", "100", "--patience", "20"],  # for runs whose best dev epoch is the 30th, the last
 }
 
 
