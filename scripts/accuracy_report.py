@@ -232,10 +232,14 @@ def verdict(network, forest, higher_is_better):
     gain = (mean_n - mean_f) * (1 if higher_is_better else -1)
     noise = 2 * (sd_n ** 2 / len(network) + sd_f ** 2 / len(forest)) ** 0.5
     if gain > noise:
-        return f"network better by {gain:.3f}"
-    if gain >= -noise:
-        return f"within noise ({gain:+.3f}, two standard errors {noise:.3f})"
-    return f"forest better by {-gain:.3f}"
+        text = f"network better by {gain:.3f}"
+    elif gain >= -noise:
+        text = f"within noise ({gain:+.3f}, two standard errors {noise:.3f})"
+    else:
+        text = f"forest better by {-gain:.3f}"
+    # a single figure (one seed, or an ensemble) has no spread of its own to put in the noise
+    alone = [name for name, scores in (("network", network), ("forest", forest)) if len(scores) == 1]
+    return text + (f" (one {' and one '.join(alone)} figure: the noise leaves out its spread)" if alone else "")
 
 
 SPLIT_NAMES = {"stratified": "stratified", "random": "random", "scaffold": "scaffold (DeepChem, seed-independent)",
