@@ -239,7 +239,10 @@ def verdict(network, forest, higher_is_better):
         text = f"forest better by {-gain:.3f}"
     # a single figure (one seed, or an ensemble) has no spread of its own to put in the noise
     alone = [name for name, scores in (("network", network), ("forest", forest)) if len(scores) == 1]
-    return text + (f" (one {' and one '.join(alone)} figure: the noise leaves out its spread)" if alone else "")
+    if alone:
+        text += f" ({' and '.join(f'one {name} figure' for name in alone)}: the noise leaves out " \
+                f"{'its' if len(alone) == 1 else 'their'} spread)"
+    return text
 
 
 SPLIT_NAMES = {"stratified": "stratified", "random": "random", "scaffold": "scaffold (DeepChem, seed-independent)",

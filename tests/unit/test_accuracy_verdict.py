@@ -29,3 +29,8 @@ def test_a_gap_inside_the_noise_is_called_so(verdict):
 def test_a_single_figure_is_flagged_since_its_spread_is_not_in_the_noise(verdict, network, forest, alone):
     text = verdict(network, forest, higher_is_better=False)
     assert f"({alone}: the noise leaves out its spread)" in text
+
+
+def test_two_single_figures_are_both_named(verdict):
+    text = verdict([0.77], [0.80], higher_is_better=True)
+    assert text.endswith("(one network figure and one forest figure: the noise leaves out their spread)")
