@@ -63,7 +63,7 @@ def build_datasets(args):
                               smiles_form=args.smiles_form)  # either form: the same fingerprints
     kind = choose_task_kind(args.task, table)
     splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
-    task = build_task(kind, table, splits)
+    task = build_task(kind, table, splits, args.class_weight)
     features = morgan_fingerprints(table.smiles, **FINGERPRINT)
 
     def subset(indices):  # fixed-length inputs: the sampler needs no lengths, the loader stacks them

@@ -6,7 +6,7 @@ from .errors import exit_after_peers
 from .loaders import SAMPLERS
 from .molecule_csv import SMILES_FORMS
 from .splits import DEFAULT_SIZES, SPLITS, parse_sizes
-from .tasks import TASK_KINDS
+from .tasks import CLASS_WEIGHTS, TASK_KINDS
 
 
 def _positive(kind):
@@ -112,6 +112,9 @@ def _optimisation_flags(add):
     add("--accumulate", type=_positive(int), default=1,
         help="cut each rank's share of a batch into this many micro-batches, all-reducing once per step: "
              "less memory, same global batch (default: %(default)s)")
+    add("--class-weight", choices=CLASS_WEIGHTS, default="none",
+        help="balanced: each label column's positives weighted in the loss by its training negatives per "
+             "positive, for rare classes (classification only; default: %(default)s)")
     add("--amp", choices=["off", "bf16", "fp16"], default="off",
         help="mixed precision: bf16 on GPUs and AVX-512 CPUs, fp16 on GPU with loss scaling (default: %(default)s)")
 

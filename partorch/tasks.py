@@ -18,6 +18,7 @@ from .logs import log
 from .molecule_csv import DataError
 
 TASK_KINDS = ("auto", "classification", "regression")
+CLASS_WEIGHTS = ("none", "balanced")
 
 
 class EvaluationError(PartorchError):
@@ -92,8 +93,25 @@ class BinaryClassification(Task):
     needs = "both classes among a task's labelled molecules"
     higher_is_better = True
 
+    def __init__(self, columns, positive_weight=None):
+        """positive_weight: one per column, multiplying the loss of its
+        positive cells (None: 1, the plain cross-entropy)."""
+        super().__init__(columns)
+        self.positive_weight = None if positive_weight is None else [float(w) for w in positive_weight]
+
+    @classmethod
+    def balanced(cls, columns, labels):
+        """Each column's positives weighted by its training negatives per
+        positive: a rare class (HIV's 3.5 %) then carries half the loss."""
+        labels = np.asarray(labels, dtype=np.float64).reshape(len(labels), -1)
+        positives, negatives = (labels == 1).sum(axis=0), (labels == 0).sum(axis=0)
+        return cls(columns, np.where((positives > 0) & (negatives > 0), negatives / np.maximum(positives, 1), 1.0))
+
     def cell_losses(self, outputs, targets):
-        return nn.functional.binary_cross_entropy_with_logits(outputs, targets.to(outputs.dtype), reduction="none")
+        weight = None if self.positive_weight is None else \
+            torch.as_tensor(self.positive_weight, dtype=outputs.dtype, device=outputs.device)
+        return nn.functional.binary_cross_entropy_with_logits(outputs, targets.to(outputs.dtype), reduction="none",
+                                                              pos_weight=weight)
 
     def predictions(self, outputs):
         """Probabilities of class 1."""
@@ -112,6 +130,10 @@ class BinaryClassification(Task):
         if not self.scorable(targets):
             return {"molecules": len(targets)}  # ROC AUC undefined: left out of the mean
         return {"roc_auc": float(roc_auc_score(targets, probabilities)), "molecules": len(targets)}
+
+    def to_dict(self):
+        weights = {} if self.positive_weight is None else {"positive_weight": self.positive_weight}
+        return {**super().to_dict(), **weights}
 
 
 class Regression(Task):
@@ -169,7 +191,7 @@ class Regression(Task):
 def task_from_dict(spec):
     """The task saved beside a model (task.json)."""
     if spec.get("kind") == "classification":
-        return BinaryClassification(spec["columns"])
+        return BinaryClassification(spec["columns"], spec.get("positive_weight"))
     if spec.get("kind") == "regression":
         return Regression(spec["columns"], spec["mean"], spec["std"])
     raise PartorchError(f"not a partorch task description: {str(spec)[:80]}")
@@ -210,10 +232,17 @@ def _reject_non_binary(table):
                     "(--task regression treats the labels as numbers)")
 
 
-def build_task(kind, table, splits):
-    """The task for a chosen kind (regression learns its scale from the
-    training split), after checking that dev and test can be scored."""
-    if kind == "classification":
+def build_task(kind, table, splits, class_weight="none"):
+    """The task for a chosen kind (regression learns its scale, balanced
+    classes their weights, from the training split), after checking that
+    dev and test can be scored."""
+    if class_weight not in CLASS_WEIGHTS:
+        raise DataError(f"unknown class weight {class_weight!r}: choose one of {', '.join(CLASS_WEIGHTS)}")
+    if class_weight != "none" and kind != "classification":
+        raise DataError(f"{table.source}: --class-weight {class_weight} weighs classes; this is a {kind} task")
+    if kind == "classification" and class_weight == "balanced":
+        task = BinaryClassification.balanced(table.label_columns, table.labels[splits.train])
+    elif kind == "classification":
         task = BinaryClassification(table.label_columns)
     else:
         task = Regression.from_training_labels(table.label_columns, table.labels[splits.train])

@@ -74,7 +74,7 @@ def build_datasets(args):
                               smiles_form=args.smiles_form, parse=args.validate_smiles or "scaffold" in args.split)
     kind = choose_task_kind(args.task, table)
     splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
-    task = build_task(kind, table, splits)  # BCE and ROC AUC, or MSE and RMSE; one output per label column
+    task = build_task(kind, table, splits, args.class_weight)  # BCE and ROC AUC, or MSE and RMSE
     tokenizer = build_tokenizer(args.tokenizer, table, random_smiles=args.augment or args.tta > 0)
 
     def subset(indices, augment):  # a molecule's random SMILES come from (seed, epoch, its row)

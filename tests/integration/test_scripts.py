@@ -133,10 +133,11 @@ def test_single_process_script_and_ddp_script_without_torchrun(bbbp_subset, tmp_
 
 @pytest.mark.timeout(400)
 def test_several_tasks_with_missing_labels_score_the_mean_roc_auc(sider_subset, tmp_path):
-    columns = list(pd.read_csv(sider_subset).columns[1:])
+    frame = pd.read_csv(sider_subset)
+    columns = list(frame.columns[1:])
     out = tmp_path / "run"
-    result = run_script([DDP, sider_subset, "--label-column", ",".join(columns), "--output-dir", out, *FAST_FLAGS],
-                        nproc=2, timeout=380)
+    result = run_script([DDP, sider_subset, "--label-column", ",".join(columns), "--output-dir", out,
+                         "--class-weight", "balanced", *FAST_FLAGS], nproc=2, timeout=380)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout)) == 1
     assert "classification on 27 label columns; rank 0 of 2" in (out / "logs" / "rank0.log").read_text()
@@ -150,6 +151,11 @@ def test_several_tasks_with_missing_labels_score_the_mean_roc_auc(sider_subset, 
     assert per_task[columns[0]]["molecules"] < per_task[columns[10]]["molecules"] == 40  # the test split
     tags = _scalars(out).Tags()["scalars"]
     assert f"ROC_AUC/dev/{columns[0]}" in tags and "ROC_AUC/dev" in tags
+    # --class-weight balanced: each column's positives weighted by its training negatives per positive
+    train = frame.iloc[[row - 2 for row in json.loads((out / "splits.json").read_text())["train"]]][columns]
+    assert json.loads((out / "task.json").read_text())["positive_weight"] == \
+        pytest.approx(list((train == 0).sum() / (train == 1).sum()))
+    assert json.loads((out / "hparams.json").read_text())["class_weight"] == "balanced"
 
 
 @pytest.mark.timeout(300)

@@ -65,7 +65,7 @@ def test_regression_learns_its_scale_from_training_labels_and_reports_in_their_u
 
 
 def test_tasks_round_trip_through_their_saved_description():
-    for task in (BinaryClassification(["a", "b"]), Regression(["y"], [1.5], [2.0])):
+    for task in (BinaryClassification(["a", "b"]), BinaryClassification(["a"], [3.0]), Regression(["y"], [1.5], [2.0])):
         again = task_from_dict(task.to_dict())
         assert type(again) is type(task) and again.to_dict() == task.to_dict()
 
@@ -90,3 +90,26 @@ def test_a_split_without_any_scorable_task_stops_before_training():
     splits = Splits(np.array([2, 3]), np.array([0, 1]), np.array([2, 3]))
     with pytest.raises(DataError, match="t.csv: the dev set .* has no task that can be scored"):
         build_task("classification", table, splits)
+
+
+def test_balanced_class_weights_come_from_the_training_split_and_even_out_the_classes():
+    labels = [[1, 0], [0, NAN], [0, 1], [0, 0], [1, 1], [0, 0], [1, 1]]  # the last two rows: dev and test
+    table = _table(labels, columns=("rare", "gappy"))
+    splits = Splits(np.arange(5), np.array([5, 6]), np.array([5, 6]))
+    task = build_task("classification", table, splits, class_weight="balanced")
+    assert task.positive_weight == [3 / 2, 2 / 2]  # training negatives per positive; the gap counts for neither
+    assert task_from_dict(task.to_dict()).positive_weight == task.positive_weight
+    targets = torch.tensor(labels[:5], dtype=torch.float32)
+    outputs = torch.zeros(5, 2)  # an undecided model: the weighted positives now weigh as much as the negatives
+    cells = task.cell_losses(outputs, torch.nan_to_num(targets))
+    for column in (0, 1):
+        positives, negatives = (cells[:, column][targets[:, column] == label].sum() for label in (1, 0))
+        assert positives.item() == pytest.approx(negatives.item())
+    assert build_task("classification", table, splits).positive_weight is None  # the default: plain BCE
+
+
+def test_class_weights_are_for_classification_only():
+    table = _table([0.3, -2.1, 4.0, 1.0])
+    splits = Splits(np.array([0, 1]), np.array([2, 3]), np.array([2, 3]))
+    with pytest.raises(DataError, match="t.csv: --class-weight balanced weighs classes; this is a regression task"):
+        build_task("regression", table, splits, class_weight="balanced")
