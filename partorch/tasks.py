@@ -31,6 +31,16 @@ class Task:
 
     def __init__(self, columns):
         self.columns = list(columns)
+        self._tensors = {}
+
+    def _constant(self, name, like):
+        """The per-column constant `name` as a tensor beside `like`, built
+        once per dtype and device rather than every step (on a GPU each
+        build would be a copy from the host)."""
+        key = (name, like.dtype, like.device)
+        if key not in self._tensors:
+            self._tensors[key] = torch.as_tensor(getattr(self, name), dtype=like.dtype, device=like.device)
+        return self._tensors[key]
 
     @property
     def worst_score(self):
@@ -108,8 +118,7 @@ class BinaryClassification(Task):
         return cls(columns, np.where((positives > 0) & (negatives > 0), negatives / np.maximum(positives, 1), 1.0))
 
     def cell_losses(self, outputs, targets):
-        weight = None if self.positive_weight is None else \
-            torch.as_tensor(self.positive_weight, dtype=outputs.dtype, device=outputs.device)
+        weight = None if self.positive_weight is None else self._constant("positive_weight", outputs)
         return nn.functional.binary_cross_entropy_with_logits(outputs, targets.to(outputs.dtype), reduction="none",
                                                               pos_weight=weight)
 
@@ -158,8 +167,7 @@ class Regression(Task):
         return cls(columns, mean, np.where(std > 0, std, 1.0))
 
     def cell_losses(self, outputs, targets):
-        mean = torch.as_tensor(self.mean, dtype=outputs.dtype, device=outputs.device)
-        std = torch.as_tensor(self.std, dtype=outputs.dtype, device=outputs.device)
+        mean, std = self._constant("mean", outputs), self._constant("std", outputs)
         return (outputs - (targets.to(outputs.dtype) - mean) / std) ** 2
 
     def predictions(self, outputs):

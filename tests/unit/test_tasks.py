@@ -113,3 +113,16 @@ def test_class_weights_are_for_classification_only():
     splits = Splits(np.array([0, 1]), np.array([2, 3]), np.array([2, 3]))
     with pytest.raises(DataError, match="t.csv: --class-weight balanced weighs classes; this is a regression task"):
         build_task("regression", table, splits, class_weight="balanced")
+
+
+def test_saved_constants_follow_the_outputs_dtype_from_call_to_call():
+    # built once per dtype and device: a float32 step, float64 scoring, then float32 again
+    outputs, targets = torch.tensor([[0.3], [-1.2]]), torch.tensor([[1.0], [0.0]])
+    for task in (BinaryClassification(["y"], [3.0]), Regression(["y"], [1.5], [2.0])):
+        first = task.cell_losses(outputs, targets)
+        wide = task.cell_losses(outputs.double(), targets.double())
+        again = task.cell_losses(outputs, targets)
+        assert first.dtype == again.dtype == torch.float32 and wide.dtype == torch.float64
+        assert torch.equal(first, again) and torch.allclose(wide.float(), first)
+    weighted = BinaryClassification(["y"], [3.0]).cell_losses(outputs, targets)
+    assert weighted[0, 0].item() == pytest.approx(3 * math.log1p(math.exp(-0.3)))  # the positive, weighted 3
