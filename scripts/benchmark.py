@@ -62,15 +62,15 @@ def matmul_peak(threads, size=1024, repeats=20):
 # ---------------------------------------------------------------- worker side
 def worker(args):
     import torch.distributed as dist
-    from partorch.distributed import rendezvous
+    from partorch.distributed import exit_without_teardown, rendezvous
 
     timeout = timedelta(seconds=300)
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout, **rendezvous(timeout))
     try:
         measure(args, dist.get_rank(), dist.get_world_size())
     finally:
-        # after measure() returned: the DDP wrapper that holds the group is gone
         dist.destroy_process_group()
+    exit_without_teardown()  # measure() ends milliseconds after its last backward pass
 
 
 def measure(args, rank, world_size):

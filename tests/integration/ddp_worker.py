@@ -17,7 +17,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1] / "scripts")]
 import basic_neural_network_ddp as ddp_script  # noqa: E402
 from helpers import synthetic_molecules  # noqa: E402
 from partorch import BinaryClassification, RNNPredictor, SmilesTokenizer, get_ddp_dataloader, run_main  # noqa: E402
-from partorch.distributed import assert_same_on_all_ranks, rendezvous  # noqa: E402
+from partorch.distributed import assert_same_on_all_ranks, exit_without_teardown, rendezvous  # noqa: E402
 from partorch.flags import build_parser  # noqa: E402
 
 
@@ -87,6 +87,7 @@ def main(opts):
         (Path(opts.out) / f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
+    exit_without_teardown()  # this worker exits right after training
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """The attempt number every rank of a torchrun job agrees on, whatever a dead
-attempt left in the store, and the job name its restarts share."""
+attempt left in the store, and the job name its restarts share; a worker's
+exit without teardown."""
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+import subprocess
+import sys
 import time
 
 import pytest
@@ -96,3 +99,15 @@ def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypat
     assert not store.check([distributed.FAILED_KEY])  # a restart may get past it: not noted
     distributed.remember_failure(PartorchError("data.csv: no column 'p_np'"))
     assert store.get(distributed.FAILED_KEY) == b"data.csv: no column 'p_np'"
+
+
+def test_exit_without_teardown_flushes_output_and_skips_the_interpreters_teardown():
+    code = ("import atexit, sys\n"
+            "from partorch.distributed import exit_without_teardown\n"
+            "atexit.register(print, 'teardown ran')\n"
+            "print('result', end='')\n"
+            "sys.stderr.write('note')\n"
+            "exit_without_teardown()\n"
+            "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "result" and done.stderr == "note"
