@@ -24,7 +24,6 @@ import json
 import os
 from pathlib import Path
 import platform
-import re
 import resource
 import subprocess
 import sys
@@ -207,24 +206,13 @@ def launch(args, dataset, procs, threads, loop="partorch", batch_size=None):
     return result
 
 
-def run_job(command, env, attempts=2):
-    """Run one torchrun job; a worker killed by a signal gets one more try.
-
-    Seen once in CI, and here in 1 of 20 jobs with the cores kept busy: a
-    worker aborting in C++ ("terminate called without an active exception")
-    with no Python error, which says nothing about the speed being measured.
-    It is reported, never hidden.
-    """
-    for attempt in range(1, attempts + 1):
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-        if done.returncode == 0:
-            return
+def run_job(command, env):
+    """Run one torchrun job; a failure stops the benchmark with the job's log."""
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
         # the workers' own lines come first, torchrun's report last: show both ends
         log = done.stderr if len(done.stderr) < 5000 else f"{done.stderr[:3000]}\n[...]\n{done.stderr[-2000:]}"
-        killed = re.search(r"exitcode\s*:\s*-\d+", done.stderr)
-        if not killed or attempt == attempts:
-            raise SystemExit(f"error: benchmark job failed ({' '.join(command[3:6])}):\n{log}")
-        print(f"warning: a worker died from a signal; running the job again:\n{log}", file=sys.stderr, flush=True)
+        raise SystemExit(f"error: benchmark job failed ({' '.join(command[3:6])}):\n{log}")
 
 
 def against_lightning(args, dataset, procs):
