@@ -1,6 +1,7 @@
 """scripts/accuracy_report.py: runs its grid for real (the forest cells: seconds
 each), resumes, records every run in its ledger and writes the tables from it."""
 import json
+import re
 import shutil
 import statistics
 
@@ -110,3 +111,22 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     assert ensemble["seeds"] == [1, 2] and 0 < ensemble["dev"] <= 1
     assert f"| scaffold (DeepChem, seed-independent) 80/10/10 | network, ensemble of 2 seeds | 1, 2 | " \
            f"{ensemble['test']:.3f} | - | {ensemble['dev']:.3f} |" in doc.read_text()
+
+
+@pytest.mark.timeout(120)
+def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledger(tmp_path):
+    """docs/accuracy.md's figures come from the ledger by its own command, not from a hand edit: the command
+    named in its first lines, run with --write-only on a copy of the ledger, writes the same text again."""
+    committed = (ROOT / "docs" / "accuracy.md").read_text()
+    command = committed.split("Written by `python scripts/accuracy_report.py", 1)[1].split("`", 1)[0].split()
+    ledger, doc, empty = tmp_path / "ledger.json", tmp_path / "accuracy.md", tmp_path / "empty"
+    empty.mkdir()
+    shutil.copy(ROOT / "docs" / "accuracy_runs.json", ledger)
+    # no run folders and no placed data here: the tables must come from the ledger alone
+    result = run_script([REPORT, *command, "--write-only", "--ledger", ledger, "--doc", doc, "--runs", empty,
+                         "--data-dir", empty], timeout=100)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ledger.read_bytes() == (ROOT / "docs" / "accuracy_runs.json").read_bytes()
+    written = re.sub(r"recorded in `[^`]*ledger.json`", "recorded in `docs/accuracy_runs.json`", doc.read_text(),
+                     count=1)
+    assert written == committed
