@@ -294,6 +294,7 @@ def train(args, started):
     snapshot_path = output / "checkpoints" / "last.pt"
     state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
     state = state or TrainingState(best_score=task.worst_score)
+    started -= state.seconds  # a resumed run's clock goes on from its snapshot's
     state.job = torchrun_job_key()  # DDP: the snapshot names the job writing it, which its restarts resume
     # DDP: all ranks start from the same epoch (a node whose output folder lacks the snapshot would not)
     assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
@@ -326,6 +327,7 @@ def train(args, started):
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
             state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
             state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state.seconds = time.perf_counter() - started
         save_snapshot_of_all_ranks(snapshot_path, model, optimizer, scaler, state, identity)
 
     if not state.best_state:

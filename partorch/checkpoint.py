@@ -179,6 +179,7 @@ class TrainingState:
     best_state: dict = field(default_factory=dict)  # copies of the best epoch's weights
     history: list = field(default_factory=list)  # one dict of figures per epoch
     job: str = None  # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
+    seconds: float = 0.0  # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
 
 
 def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity):

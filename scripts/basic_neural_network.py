@@ -218,6 +218,7 @@ def train(args, started):
     snapshot_path = output / "checkpoints" / "last.pt"
     state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
     state = state or TrainingState(best_score=task.worst_score)
+    started -= state.seconds  # a resumed run's clock goes on from its snapshot's
 
     train_seconds, train_molecules = 0.0, 0
     for epoch in range(state.epoch + 1, args.epochs + 1):
@@ -240,6 +241,7 @@ def train(args, started):
         if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
             state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
             state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state.seconds = time.perf_counter() - started
         save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
                       rng_states=[capture_rng()], identity=identity)
 

@@ -31,12 +31,23 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
     full, part = tmp_path / "full", tmp_path / "part"
     assert run_script([DDP, bbbp_subset, "--output-dir", full, *_flags(3)], nproc=2).returncode == 0
     assert run_script([DDP, bbbp_subset, "--output-dir", part, *_flags(1)], nproc=2).returncode == 0
+    snapshot_path = part / "checkpoints" / "last.pt"
+    snapshot = load_state(snapshot_path)
+    assert 0 < snapshot["state"]["seconds"] <= json.loads((part / "metrics.json").read_text())["wall_seconds"]
+    snapshot["state"]["seconds"] += 1000  # as if the first attempt had run for a quarter of an hour more
+    torch.save(snapshot, snapshot_path)
+    earlier = snapshot["state"]["seconds"]
+    resume_started = time.perf_counter()
     resumed = run_script([DDP, bbbp_subset, "--output-dir", part, *_flags(3), "--resume"], nproc=2)
+    resume_seconds = time.perf_counter() - resume_started
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _metrics(full) == _metrics(part)
+    # a resumed run's wall clock counts its earlier attempts: the accuracy report's minutes per run use it
+    wall = json.loads((part / "metrics.json").read_text())["wall_seconds"]
+    assert earlier < wall < earlier + resume_seconds
     a, b = (torch.load(d / "best_model.pt", weights_only=True) for d in (full, part))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    snapshot = load_state(part / "checkpoints" / "last.pt")
+    snapshot = load_state(snapshot_path)
     assert snapshot["state"]["epoch"] == 3 and len(snapshot["rng"]) == 2
 
 
