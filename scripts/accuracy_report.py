@@ -303,7 +303,11 @@ def _dev_gain(recipe, default, higher_is_better):
     if not seeds:
         return ""
     gain = statistics.mean(recipe[s] - default[s] for s in seeds) * (1 if higher_is_better else -1)
-    return f"; on dev, {gain:+.3f} against the default network's mean (seeds {', '.join(map(str, seeds))})"
+    return f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
+
+
+def _seeds(seeds):
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
 
 
 def _row(entries):
@@ -357,7 +361,7 @@ def missing_section(runs, placed, done):
         groups = dict.fromkeys((r.split, r.sizes, r.label, r.form) for r in waiting)
         for split, sizes, label, form in groups:
             seeds = [str(r.seed) for r in waiting if (r.split, r.sizes, r.label, r.form) == (split, sizes, label, form)]
-            lines.append(f"- {name} {split} {_percent(sizes)}, {label}, {form} SMILES: seeds {', '.join(seeds)}")
+            lines.append(f"- {name} {split} {_percent(sizes)}, {label}, {form} SMILES: {_seeds(seeds)}")
     return ["## Not run yet", "", *lines, ""] if lines else []
 
 
