@@ -34,7 +34,7 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
     snapshot_path = part / "checkpoints" / "last.pt"
     snapshot = load_state(snapshot_path)
     assert 0 < snapshot["state"]["seconds"] <= json.loads((part / "metrics.json").read_text())["wall_seconds"]
-    snapshot["state"]["seconds"] += 1000  # as if the first attempt had run for a quarter of an hour more
+    snapshot["state"]["seconds"] += 1000  # as if the first attempt had taken 1000 s longer
     torch.save(snapshot, snapshot_path)
     earlier = snapshot["state"]["seconds"]
     resume_started = time.perf_counter()
