@@ -11,13 +11,18 @@ Every run writes its own folder under --runs (runs/accuracy/DATASET/SPLIT_SIZES/
 MODEL_FORM[_RECIPE]/seed_N); what it scored is copied into the ledger,
 docs/accuracy_runs.json, which is committed: the tables are written from the
 ledger alone, so they survive the run folders (another machine, a cleaned
-disk). A run in the ledger is not run again (delete its entry to redo it); a
+disk). So do ensembles: a run whose split leaves the same dev and test molecules
+for every seed also keeps its best model's predictions of them, in
+docs/accuracy_runs_predictions/ beside the ledger, and the mean of those of the
+seeds is the ensemble's, scored once every seed is done, whichever machine ran
+which seed. A run in the ledger is not run again (delete its entry to redo it); a
 network run cut short continues from its snapshot (--resume), so the command
 picks up where it stopped. Data sets other than BBBP must be placed first
 (python dataset/place_data.py NAME); one that is not placed is listed as such.
 """
 import argparse
 from dataclasses import asdict, dataclass
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -28,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import pandas as pd
 
 from partorch.tasks import task_from_dict
@@ -82,6 +88,13 @@ class Run:
 
     def folder(self, runs):
         return Path(runs) / self.key
+
+    @property
+    def joins_ensembles(self):
+        """Its seeds' predictions can be averaged: a network scored on the given SMILES (predict.py has no --tta),
+        on a split whose dev and test molecules do not depend on the seed."""
+        return self.model == "network" and "--tta" not in RECIPES.get(self.recipe, []) \
+            and self.split in SEED_INDEPENDENT_SPLITS
 
     def command(self, csv, labels, processes):
         common = [str(csv), "--label-column", *labels, "--split", self.split, "--split-sizes", self.sizes,
@@ -162,11 +175,12 @@ def load_ledger(path):
     return json.loads(Path(path).read_text()) if Path(path).exists() else {}
 
 
-def write_whole(path, text):
-    """Write `path` through a sibling file: one cut short leaves the previous version whole."""
+def write_whole(path, content):
+    """Write `path` (text or bytes) through a sibling file: one cut short leaves the previous version whole."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(content) if isinstance(content, bytes) else partial.write_text(content)
     partial.replace(path)
 
 
@@ -182,46 +196,91 @@ def ensemble_key(group):
 
 
 def ensemble_groups(runs, ledger):
-    """Network runs that differ by seed alone, all done, on a split the seed does not change
-    (the same dev and test molecules, so their predictions can be averaged), without --tta
-    (predict.py scores the given SMILES only)."""
+    """Runs that differ by seed alone, all done, that can join an ensemble."""
     groups = {}
     for run in runs:
-        if run.model == "network" and "--tta" not in RECIPES.get(run.recipe, []):
+        if run.joins_ensembles:
             groups.setdefault(run.key.rsplit("/", 1)[0], []).append(run)
-    return [group for group in groups.values() if len(group) > 1 and all(r.key in ledger for r in group)
-            and group[0].split in SEED_INDEPENDENT_SPLITS]
+    return [group for group in groups.values() if len(group) > 1 and all(r.key in ledger for r in group)]
 
 
-def score_ensemble(group, runs_dir, data_dir):
-    """The ledger entry of the mean prediction of a group's best models on its dev and test
-    molecules (scripts/predict.py with every seed's model folder), or None without the folders."""
-    folders = [run.folder(runs_dir) for run in group]
-    if not all((folder / "best_model.pt").exists() for folder in folders):
-        return None
-    splits = [json.loads((folder / "splits.json").read_text()) for folder in folders]
-    if any([s["dev"], s["test"]] != [splits[0]["dev"], splits[0]["test"]] for s in splits[1:]):
-        raise SystemExit(f"error: {ensemble_key(group)}: the seeds' dev or test molecules differ")
-    hparams = json.loads((folders[0] / "hparams.json").read_text())
-    task = task_from_dict(json.loads((folders[0] / "task.json").read_text()))
-    frame = pd.read_csv(Path(data_dir) / f"{group[0].dataset}.csv", dtype=str, keep_default_na=False)
-    scores = {}
+def predictions_path(run, ledger_path):
+    """Where a run's dev and test predictions are kept: beside the ledger, committed with it."""
+    ledger_path = Path(ledger_path)
+    return ledger_path.with_name(ledger_path.stem + "_predictions") / f"{run.key}.json.gz"
+
+
+def predict_dev_and_test(run, runs_dir, data_dir):
+    """The task, and the dev and test rows, labels and predictions of a finished run's best model
+    (scripts/predict.py with its folder)."""
+    folder = run.folder(runs_dir)
+    splits = json.loads((folder / "splits.json").read_text())
+    hparams = json.loads((folder / "hparams.json").read_text())
+    task = task_from_dict(json.loads((folder / "task.json").read_text()))
+    frame = pd.read_csv(Path(data_dir) / f"{run.dataset}.csv", dtype=str, keep_default_na=False)
+    kept = {"task": task.to_dict()}
     with tempfile.TemporaryDirectory() as scratch:
         for part in ("dev", "test"):
-            rows = frame.iloc[[row - 2 for row in splits[0][part]]]  # splits.json numbers rows as an editor does
+            rows = frame.iloc[[row - 2 for row in splits[part]]]  # splits.json numbers rows as an editor does
             rows.to_csv(Path(scratch) / f"{part}.csv", index=False)
-            command = [sys.executable, str(ROOT / "scripts" / "predict.py"), *map(str, folders),
+            command = [sys.executable, str(ROOT / "scripts" / "predict.py"), str(folder),
                        str(Path(scratch) / f"{part}.csv"), "--smiles-column", hparams["smiles_column"],
-                       "--output", str(Path(scratch) / f"{part}_predictions.csv")]
+                       "--output", str(Path(scratch) / "predictions.csv")]
             done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             if done.returncode:
                 why = (done.stderr.strip() or "?").splitlines()[-1]
-                raise SystemExit(f"error: scoring {ensemble_key(group)}: {why}")
-            predictions = pd.read_csv(Path(scratch) / f"{part}_predictions.csv")[task.columns].to_numpy(float)
+                raise SystemExit(f"error: predicting with {folder}: {why}")
+            predictions = pd.read_csv(Path(scratch) / "predictions.csv")[task.columns].to_numpy(float)
             labels = rows[task.columns].replace("", "nan").to_numpy(float)
-            scores[part] = task.metrics(labels, task.outputs_for(predictions))[task.score_name]
-    first = asdict(group[0])
-    return {**{k: first[k] for k in ("dataset", "split", "sizes", "model", "form", "recipe")},
+            kept[part] = {"rows": splits[part], "labels": _nulls(labels), "predictions": _nulls(predictions)}
+    return kept
+
+
+def _nulls(table):
+    """Rows of a float table for JSON: NaN (a missing label) as null."""
+    return [[None if value != value else value for value in row] for row in table.tolist()]
+
+
+def keep_predictions(run, args):
+    """Save a finished run's dev and test predictions beside the ledger (gzip without a time stamp: a run redone
+    alike writes the same bytes)."""
+    kept = predict_dev_and_test(run, args.runs, args.data_dir)
+    write_whole(predictions_path(run, args.ledger), gzip.compress(json.dumps(kept).encode(), mtime=0))
+
+
+def load_predictions(run, ledger, ledger_path):
+    """A run's kept predictions, checked against its ledger entry: a file left by an earlier run of the same
+    name (redone since) would score an ensemble of models that are not the ledger's."""
+    path = predictions_path(run, ledger_path)
+    kept = json.loads(gzip.decompress(path.read_bytes()))
+    task = task_from_dict(kept["task"])
+    own = _score(task, kept["test"]["labels"], [kept["test"]["predictions"]])
+    if abs(own - ledger[run.key]["test"]) > 1e-3:
+        raise SystemExit(f"error: {path}: its test {task.score_name} {own:.4f} is not the ledger's "
+                         f"{ledger[run.key]['test']:.4f} for {run.key}; delete the file, or redo the run")
+    return task, kept
+
+
+def _score(task, labels, predictions):
+    """The task's score of the mean of several models' predictions."""
+    mean = np.mean(np.array(predictions, dtype=float), axis=0)
+    return task.metrics(np.array(labels, dtype=float), task.outputs_for(mean))[task.score_name]
+
+
+def score_ensemble(group, ledger, ledger_path):
+    """The ledger entry of the mean prediction of a group's best models on its dev and test molecules,
+    from their kept predictions; None while a seed's are missing."""
+    if not all(predictions_path(run, ledger_path).exists() for run in group):
+        return None
+    loaded = [load_predictions(run, ledger, ledger_path) for run in group]
+    task, first = loaded[0]
+    scores = {}
+    for part in ("dev", "test"):
+        if any(kept[part]["rows"] != first[part]["rows"] for _, kept in loaded[1:]):
+            raise SystemExit(f"error: {ensemble_key(group)}: the seeds' {part} molecules differ")
+        scores[part] = _score(task, first[part]["labels"], [kept[part]["predictions"] for _, kept in loaded])
+    first_run = asdict(group[0])
+    return {**{k: first_run[k] for k in ("dataset", "split", "sizes", "model", "form", "recipe")},
             "seeds": [run.seed for run in group], "score": task.score_name, "test": scores["test"],
             "dev": scores["dev"], "tasks": len(task.columns)}
 
@@ -388,6 +447,9 @@ of recipe is made on), "minutes per run" the median over the seeds on this 2-cor
   the training's alone); balanced scaffold sends groups bigger than half of dev
   or test first and shuffles the rest by seed (chemprop's `scaffold_balanced`
   order), then fills train, dev and test as scaffold does.
+- **ensemble of N seeds** (scaffold only, where every seed has the same dev and test
+  molecules): the mean of the seeds' best models' predictions, one figure; each seed's
+  are kept in `docs/accuracy_runs_predictions/`, so seeds run on different machines make one.
 - "within noise" means the means differ by less than two standard errors of
   their difference.
 - a dash for dev or minutes: the run was recorded from an earlier report, whose
@@ -423,6 +485,16 @@ def collect(runs, ledger, runs_dir):
             ledger[run.key] = entry
 
 
+def keep_missing_predictions(runs, ledger, placed, args):
+    """Keep the predictions of the finished runs that can join an ensemble, whose folders and data are here,
+    and whose predictions are not kept yet (a run finished before they were kept, or by an older report)."""
+    for run in runs:
+        finished_here = run.key in ledger and (run.folder(args.runs) / "best_model.pt").exists()
+        if run.joins_ensembles and finished_here and placed[run.dataset] is not None \
+                and not predictions_path(run, args.ledger).exists():
+            keep_predictions(run, args)
+
+
 def main(args):
     args.runs, args.data_dir, args.ledger = (Path(p).resolve() for p in (args.runs, args.data_dir, args.ledger))
     placed = {name: placed_label_columns(name, args.data_dir) for name in args.datasets}
@@ -435,6 +507,7 @@ def main(args):
             print(f"{state:10} {run.key}")
         return
     save_ledger(ledger, args.ledger)
+    keep_missing_predictions(runs, ledger, placed, args)
     if not args.write_only:
         chosen = [r for r in runs if args.only is None or args.only in r.key + "/"]
         waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
@@ -443,6 +516,8 @@ def main(args):
             ledger[run.key] = harvest(run, args.runs)
             if ledger[run.key] is None:
                 raise SystemExit(f"error: {run.folder(args.runs)} ended without writing metrics.json")
+            if run.joins_ensembles:
+                keep_predictions(run, args)  # before the ledger names the run: a ledger entry promises them
             save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
     add_ensembles(runs, ledger, args)
     save_ledger(ledger, args.ledger)
@@ -450,12 +525,12 @@ def main(args):
 
 
 def add_ensembles(runs, ledger, args):
-    """Score (seconds: predictions, no training) the ensembles not in the ledger, or whose members changed;
-    one whose members changed and whose folders are gone is dropped."""
+    """Score (seconds: kept predictions, no training) the ensembles not in the ledger, or whose members
+    changed; one whose members changed and whose seeds' predictions are not all kept is dropped."""
     for group in ensemble_groups(runs, ledger):
         members = {run.key: ledger[run.key]["test"] for run in group}
         if ledger.get(ensemble_key(group), {}).get("members") != members:
-            entry = score_ensemble(group, args.runs, args.data_dir)
+            entry = score_ensemble(group, ledger, args.ledger)
             ledger.pop(ensemble_key(group), None)
             if entry:
                 ledger[ensemble_key(group)] = {**entry, "members": members}

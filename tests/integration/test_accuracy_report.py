@@ -112,6 +112,36 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     assert f"| scaffold (DeepChem, seed-independent) 80/10/10 | network, ensemble of 2 seeds | 1, 2 | " \
            f"{ensemble['test']:.3f} | - | {ensemble['dev']:.3f} |" in doc.read_text()
 
+    # each seed's predictions are kept beside the ledger: the ensemble is scored again from them alone,
+    # with the run folders and the data gone (seeds run on different machines)
+    kept = [tmp_path / "ledger_predictions" / SCAFFOLD / "network_canonical" / f"seed_{seed}.json.gz"
+            for seed in (1, 2)]
+    assert all(path.exists() for path in kept)
+    shutil.rmtree(runs)
+    entries = json.loads(ledger.read_text())
+    del entries[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"]
+    ledger.write_text(json.dumps(entries))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    flags = ["--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc, "--ledger", ledger, "--data-dir", empty]
+    again = run_script([REPORT, *flags], timeout=60)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(ledger.read_text())[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"] == ensemble
+
+    # a kept file that is not the ledger's run (left by a run redone since) is refused, not averaged
+    entries = json.loads(ledger.read_text())
+    del entries[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"]
+    ledger.write_text(json.dumps(entries))
+    shutil.copy(kept[0], kept[1])
+    before = doc.read_text()
+    refused = run_script([REPORT, *flags], timeout=60)
+    assert refused.returncode != 0
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith(f"error: {kept[1]}: its test roc_auc ")
+    assert line.endswith(f" is not the ledger's {entries[f'{SCAFFOLD}/network_canonical/seed_2']['test']:.4f} for "
+                         f"{SCAFFOLD}/network_canonical/seed_2; delete the file, or redo the run")
+    assert doc.read_text() == before
+
 
 @pytest.mark.timeout(120)
 def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledger(tmp_path):
