@@ -36,6 +36,7 @@ import tempfile
 import numpy as np
 import pandas as pd
 
+from partorch import PartorchError
 from partorch.tasks import task_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,13 +196,19 @@ def ensemble_key(group):
     return f"{group[0].key.rsplit('/', 1)[0]}/ensemble_of_seeds_{seeds}"
 
 
-def ensemble_groups(runs, ledger):
-    """Runs that differ by seed alone, all done, that can join an ensemble."""
+def seed_groups(runs):
+    """The planned runs that can join an ensemble, grouped with those that differ from them by seed alone
+    (the style lesson's single-seed runs make no group)."""
     groups = {}
     for run in runs:
         if run.joins_ensembles:
             groups.setdefault(run.key.rsplit("/", 1)[0], []).append(run)
-    return [group for group in groups.values() if len(group) > 1 and all(r.key in ledger for r in group)]
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def ensemble_groups(runs, ledger):
+    """The groups of seeds whose runs are all done."""
+    return [group for group in seed_groups(runs) if all(r.key in ledger for r in group)]
 
 
 def predictions_path(run, ledger_path):
@@ -214,9 +221,12 @@ def predict_dev_and_test(run, runs_dir, data_dir):
     """The task, and the dev and test rows, labels and predictions of a finished run's best model
     (scripts/predict.py with its folder)."""
     folder = run.folder(runs_dir)
-    splits = json.loads((folder / "splits.json").read_text())
-    hparams = json.loads((folder / "hparams.json").read_text())
-    task = task_from_dict(json.loads((folder / "task.json").read_text()))
+    try:
+        splits, hparams, task = (json.loads((folder / f"{name}.json").read_text())
+                                 for name in ("splits", "hparams", "task"))
+        task, smiles_column = task_from_dict(task), hparams["smiles_column"]
+    except (OSError, ValueError, KeyError, PartorchError) as exc:
+        raise SystemExit(f"error: {folder}: not a finished training run's folder ({exc})") from None
     frame = pd.read_csv(Path(data_dir) / f"{run.dataset}.csv", dtype=str, keep_default_na=False)
     kept = {"task": task.to_dict()}
     with tempfile.TemporaryDirectory() as scratch:
@@ -224,20 +234,23 @@ def predict_dev_and_test(run, runs_dir, data_dir):
             rows = frame.iloc[[row - 2 for row in splits[part]]]  # splits.json numbers rows as an editor does
             rows.to_csv(Path(scratch) / f"{part}.csv", index=False)
             command = [sys.executable, str(ROOT / "scripts" / "predict.py"), str(folder),
-                       str(Path(scratch) / f"{part}.csv"), "--smiles-column", hparams["smiles_column"],
+                       str(Path(scratch) / f"{part}.csv"), "--smiles-column", smiles_column,
                        "--output", str(Path(scratch) / "predictions.csv")]
             done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             if done.returncode:
                 why = (done.stderr.strip() or "?").splitlines()[-1]
                 raise SystemExit(f"error: predicting with {folder}: {why}")
             predictions = pd.read_csv(Path(scratch) / "predictions.csv")[task.columns].to_numpy(float)
+            if np.isnan(predictions).any():  # the run trained on these molecules: it must predict every one
+                raise SystemExit(f"error: {folder}: predict.py left {np.isnan(predictions).any(axis=1).sum()} "
+                                 f"of its {part} molecules unpredicted")
             labels = rows[task.columns].replace("", "nan").to_numpy(float)
             kept[part] = {"rows": splits[part], "labels": _nulls(labels), "predictions": _nulls(predictions)}
     return kept
 
 
 def _nulls(table):
-    """Rows of a float table for JSON: NaN (a missing label) as null."""
+    """Rows of a float table for JSON (which has no NaN): a missing label as null."""
     return [[None if value != value else value for value in row] for row in table.tolist()]
 
 
@@ -252,9 +265,13 @@ def load_predictions(run, ledger, ledger_path):
     """A run's kept predictions, checked against its ledger entry: a file left by an earlier run of the same
     name (redone since) would score an ensemble of models that are not the ledger's."""
     path = predictions_path(run, ledger_path)
-    kept = json.loads(gzip.decompress(path.read_bytes()))
-    task = task_from_dict(kept["task"])
-    own = _score(task, kept["test"]["labels"], [kept["test"]["predictions"]])
+    try:
+        kept = json.loads(gzip.decompress(path.read_bytes()))
+        task = task_from_dict(kept["task"])
+        own = _score(task, kept["test"]["labels"], [kept["test"]["predictions"]])
+    except (OSError, EOFError, ValueError, KeyError, TypeError, PartorchError) as exc:
+        raise SystemExit(f"error: {path}: not a run's kept predictions ({exc}); delete the file, "
+                         f"or redo the run") from None
     if abs(own - ledger[run.key]["test"]) > 1e-3:
         raise SystemExit(f"error: {path}: its test {task.score_name} {own:.4f} is not the ledger's "
                          f"{ledger[run.key]['test']:.4f} for {run.key}; delete the file, or redo the run")
@@ -449,7 +466,7 @@ of recipe is made on), "minutes per run" the median over the seeds on this 2-cor
   order), then fills train, dev and test as scaffold does.
 - **ensemble of N seeds** (scaffold only, where every seed has the same dev and test
   molecules): the mean of the seeds' best models' predictions, one figure; each seed's
-  are kept in `docs/accuracy_runs_predictions/`, so seeds run on different machines make one.
+  are kept beside the ledger, so seeds run on different machines make one.
 - "within noise" means the means differ by less than two standard errors of
   their difference.
 - a dash for dev or minutes: the run was recorded from an earlier report, whose
@@ -478,20 +495,25 @@ def write_report(runs, placed, ledger, args):
 
 
 def collect(runs, ledger, runs_dir):
-    """Copy into the ledger every planned run whose folder holds a finished run: the folder is the fresher."""
+    """Copy into the ledger every planned run whose folder holds a finished run (the folder is the fresher);
+    return the names of the runs whose entries changed."""
+    changed = set()
     for run in runs:
         entry = harvest(run, runs_dir)
-        if entry:
+        if entry and entry != ledger.get(run.key):
             ledger[run.key] = entry
+            changed.add(run.key)
+    return changed
 
 
-def keep_missing_predictions(runs, ledger, placed, args):
-    """Keep the predictions of the finished runs that can join an ensemble, whose folders and data are here,
-    and whose predictions are not kept yet (a run finished before they were kept, or by an older report)."""
-    for run in runs:
+def keep_new_predictions(runs, ledger, placed, args, fresh):
+    """Keep the predictions of the finished runs of a group of seeds whose folders and data are here, where
+    none are kept yet (a run finished by an older report) or the ledger has just taken the run from its folder
+    (`fresh`: a run redone since its predictions were kept)."""
+    for run in (run for group in seed_groups(runs) for run in group):
         finished_here = run.key in ledger and (run.folder(args.runs) / "best_model.pt").exists()
-        if run.joins_ensembles and finished_here and placed[run.dataset] is not None \
-                and not predictions_path(run, args.ledger).exists():
+        if finished_here and placed[run.dataset] is not None \
+                and (run.key in fresh or not predictions_path(run, args.ledger).exists()):
             keep_predictions(run, args)
 
 
@@ -500,14 +522,14 @@ def main(args):
     placed = {name: placed_label_columns(name, args.data_dir) for name in args.datasets}
     runs = plan(args.datasets, args.seeds, args.recipes)
     ledger = load_ledger(args.ledger)
-    collect(runs, ledger, args.runs)
+    changed = collect(runs, ledger, args.runs)
     if args.list:
         for run in runs:
             state = "done" if run.key in ledger else "not placed" if placed[run.dataset] is None else "to run"
             print(f"{state:10} {run.key}")
         return
+    keep_new_predictions(runs, ledger, placed, args, fresh=changed)
     save_ledger(ledger, args.ledger)
-    keep_missing_predictions(runs, ledger, placed, args)
     if not args.write_only:
         chosen = [r for r in runs if args.only is None or args.only in r.key + "/"]
         waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
@@ -516,8 +538,7 @@ def main(args):
             ledger[run.key] = harvest(run, args.runs)
             if ledger[run.key] is None:
                 raise SystemExit(f"error: {run.folder(args.runs)} ended without writing metrics.json")
-            if run.joins_ensembles:
-                keep_predictions(run, args)  # before the ledger names the run: a ledger entry promises them
+            keep_new_predictions(runs, ledger, placed, args, fresh={run.key})
             save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
     add_ensembles(runs, ledger, args)
     save_ledger(ledger, args.ledger)
@@ -534,6 +555,10 @@ def add_ensembles(runs, ledger, args):
             ledger.pop(ensemble_key(group), None)
             if entry:
                 ledger[ensemble_key(group)] = {**entry, "members": members}
+            else:
+                missing = [run.seed for run in group if not predictions_path(run, args.ledger).exists()]
+                print(f"{ensemble_key(group)}: not scored: no predictions kept for {_seeds(missing)} "
+                      f"(they are kept when a run's folder and data are here)")
 
 
 if __name__ == "__main__":
@@ -554,5 +579,5 @@ if __name__ == "__main__":
     parser.add_argument("--doc", default=str(ROOT / "docs" / "accuracy.md"), help="(default: docs/accuracy.md)")
     parser.add_argument("--list", action="store_true", help="list the runs and their state; run nothing")
     parser.add_argument("--write-only", action="store_true", help="write the report from the ledger and the ensembles "
-                        "it can score (seconds); train nothing")
+                        "it can score; train nothing (seconds, plus a minute a run whose predictions it keeps)")
     main(parser.parse_args())

@@ -117,6 +117,16 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     kept = [tmp_path / "ledger_predictions" / SCAFFOLD / "network_canonical" / f"seed_{seed}.json.gz"
             for seed in (1, 2)]
     assert all(path.exists() for path in kept)
+    # a run redone in its folder since its predictions were kept (its ledger entry is older): kept again
+    original = kept[1].read_bytes()
+    shutil.copy(kept[0], kept[1])
+    entries = json.loads(ledger.read_text())
+    entries[f"{SCAFFOLD}/network_canonical/seed_2"]["seconds"] += 1
+    ledger.write_text(json.dumps(entries))
+    redone = run_script([REPORT, "--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc, "--ledger", ledger],
+                        timeout=120)
+    assert redone.returncode == 0, redone.stderr[-2000:]
+    assert kept[1].read_bytes() == original  # the same model predicts the same bytes (gzip without a time stamp)
     shutil.rmtree(runs)
     entries = json.loads(ledger.read_text())
     del entries[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"]
@@ -141,6 +151,14 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     assert line.endswith(f" is not the ledger's {entries[f'{SCAFFOLD}/network_canonical/seed_2']['test']:.4f} for "
                          f"{SCAFFOLD}/network_canonical/seed_2; delete the file, or redo the run")
     assert doc.read_text() == before
+
+    # with a seed's predictions missing (its run kept none, its folder is gone) the ensemble is left out, and said so
+    kept[1].unlink()
+    partial = run_script([REPORT, *flags], timeout=60)
+    assert partial.returncode == 0, partial.stderr[-2000:]
+    assert f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: no predictions kept for seed 2 " \
+           in partial.stdout
+    assert "network, ensemble of" not in doc.read_text()
 
 
 @pytest.mark.timeout(120)
