@@ -19,6 +19,8 @@ which seed. A run in the ledger is not run again (delete its entry to redo it); 
 network run cut short continues from its snapshot (--resume), so the command
 picks up where it stopped. Data sets other than BBBP must be placed first
 (python dataset/place_data.py NAME); one that is not placed is listed as such.
+The report ends with each recipe's dev gain over the defaults, split by split:
+the figures a default is chosen by (never test's).
 """
 import argparse
 from dataclasses import asdict, dataclass
@@ -337,10 +339,11 @@ def _percent(sizes):
 
 
 def dataset_section(name, runs, done, ledger):
-    """One data set's table, and how each network recipe (and ensemble) compares with the forest on each split."""
+    """One data set's table, and how each network recipe (and ensemble) compares with the forest on each split;
+    and each recipe's dev gain over the defaults there, as (recipe, where, gain, seeds both ran)."""
     finished = [r for r in runs if done.get(r)]
     if not finished:
-        return []
+        return [], []
     first = done[finished[0]]
     higher = first["score"] == "roc_auc"
     score_title = "ROC AUC" if higher else "RMSE"
@@ -349,7 +352,7 @@ def dataset_section(name, runs, done, ledger):
     lines = [f"## {name} ({first['molecules']:,} molecules, canonical SMILES)", "",
              f"| split (train/dev/test %) | model | seeds | test {score_title} | per seed | dev, mean "
              f"| best dev epoch | minutes per run |", "|---|---|---|---|---|---|---|---|"]
-    verdicts = []
+    verdicts, dev_gains = [], []
     for split, sizes in GRID[name]["splits"]:
         cell = [r for r in finished if (r.split, r.sizes) == (split, sizes)]
         _check_identical_splits(name, split, cell, done)
@@ -368,8 +371,12 @@ def dataset_section(name, runs, done, ledger):
         for label, network in scores.items() if forest else ():
             recipe = "" if label == "network" else label.replace("network", "", 1)
             verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: {verdict(network, forest, higher)}"
-                            f"{_dev_gain(devs[label], devs.get('network', {}), higher) if recipe else ''}")
-    return lines + ["", *verdicts] + ([""] if verdicts else [])
+                            f"{_dev_gain_text(devs[label], devs.get('network', {}), higher) if recipe else ''}")
+        for recipe in dict.fromkeys(r.recipe for r in cell if r.model == "network" and r.recipe != "default"):
+            gain, seeds = dev_gain(devs[f"network, {recipe}"], devs.get("network", {}), higher)
+            if gain is not None:
+                dev_gains.append((recipe, f"{name} {split} {_percent(sizes)}", gain, len(seeds)))
+    return lines + ["", *verdicts] + ([""] if verdicts else []), dev_gains
 
 
 def _row_of_one(ensemble):
@@ -377,17 +384,42 @@ def _row_of_one(ensemble):
     return f"{', '.join(map(str, ensemble['seeds']))} | {ensemble['test']:.3f} | - | {ensemble['dev']:.3f} | - | -"
 
 
-def _dev_gain(recipe, default, higher_is_better):
-    """A recipe's dev score against the defaults' on the seeds both ran: the figure a recipe is chosen by."""
+def dev_gain(recipe, default, higher_is_better):
+    """A recipe's mean dev score minus the defaults' on the seeds both ran (positive: better), and those seeds:
+    the figure a recipe is chosen by. (None, []) when no seed ran both."""
     seeds = sorted(recipe.keys() & default.keys())
     if not seeds:
-        return ""
-    gain = statistics.mean(recipe[s] - default[s] for s in seeds) * (1 if higher_is_better else -1)
-    return f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
+        return None, seeds
+    return statistics.mean(recipe[s] - default[s] for s in seeds) * (1 if higher_is_better else -1), seeds
+
+
+def _dev_gain_text(recipe, default, higher_is_better):
+    gain, seeds = dev_gain(recipe, default, higher_is_better)
+    return "" if gain is None else f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
+
+
+def defaults_section(dev_gains):
+    """Which recipe the dev scores would make the default: one that raises dev wherever it ran."""
+    lines = ["## Choosing the defaults, by dev scores only", "",
+             "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
+             "RMSE's sign turned). Test scores play no part.", ""]
+    for recipe in dict.fromkeys(cell[0] for cell in dev_gains):
+        cells = [cell[1:] for cell in dev_gains if cell[0] == recipe]
+        worse = [where for where, gain, _ in cells if gain < 0]
+        choice = f"lowers dev on {', '.join(worse)}: stays a flag" if worse else \
+            "raises dev wherever it ran: a candidate for the default"
+        lines.append(f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): "
+                     f"{', '.join(f'{where} {gain:+.3f} ({n} seed{_plural(n)})' for where, gain, n in cells)}. "
+                     f"{choice}.")
+    return lines + [""] if dev_gains else []
+
+
+def _plural(count):
+    return "" if count == 1 else "s"
 
 
 def _seeds(seeds):
-    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+    return f"seed{_plural(len(seeds))} " + ", ".join(map(str, seeds))
 
 
 def _row(entries):
@@ -485,9 +517,12 @@ def write_report(runs, placed, ledger, args):
     sections = [HEADER.format(command=command, ledger=os.path.relpath(args.ledger, ROOT), processes=args.processes,
                               recipes=recipes)]
     done = {run: ledger.get(run.key) for run in runs}
+    dev_gains = []
     for name in dict.fromkeys(r.dataset for r in runs):
-        sections += dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], done,
-                                    ledger)
+        lines, gains = dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], done,
+                                       ledger)
+        sections, dev_gains = sections + lines, dev_gains + gains
+    sections += defaults_section(dev_gains)
     if "BBBP" in args.datasets:
         sections += style_section(args.seeds[0], done)
     sections += missing_section(runs, placed, done)

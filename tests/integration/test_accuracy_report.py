@@ -36,26 +36,33 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     listing = run_script([REPORT, "--list", *flags], timeout=60).stdout
     assert sum(line.startswith("done") for line in listing.splitlines()) == 2
 
-    # network runs as a training run leaves them: better than the forest by 0.2 on the same splits, and a recipe
+    # network runs as a training run leaves them: better than the forest by 0.2 on the same splits, and two recipes
     for seed, score in zip((1, 2), forest):
         _fake_network_run(runs, seed, score + 0.2)
         _fake_network_run(runs, seed, score - 0.3, recipe="augment", dev=0.85)
-    done = run_script([REPORT, "--write-only", "--recipes", "augment", *flags], timeout=60)
+        _fake_network_run(runs, seed, score - 0.3, recipe="long", dev=0.95)
+    done = run_script([REPORT, "--write-only", "--recipes", "augment", "long", *flags], timeout=60)
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
     assert "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the default " \
            "network's mean (seeds 1, 2)" in doc.read_text()
     assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
+    # the default is chosen by dev, whatever test says
+    assert "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds). lowers dev on BBBP " \
+           "stratified 72/18/10: stays a flag." in doc.read_text()
+    assert "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds). raises dev " \
+           "wherever it ran: a candidate for the default." in doc.read_text()
 
     # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
     kept = json.loads(ledger.read_text())
     assert sorted(kept) == sorted(f"{CELL}/{model}/seed_{s}" for s in (1, 2)
-                                  for model in ("forest_canonical", "network_canonical", "network_canonical_augment"))
+                                  for model in ("forest_canonical", "network_canonical", "network_canonical_augment",
+                                                "network_canonical_long"))
     assert [kept[f"{CELL}/forest_canonical/seed_{s}"]["test"] for s in (1, 2)] == forest
     assert all(0 < kept[f"{CELL}/forest_canonical/seed_{s}"]["seconds"] < 300 for s in (1, 2))  # the run's own clock
     before = doc.read_text()
     shutil.rmtree(runs)
-    moved = run_script([REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", *flags], timeout=60)
+    moved = run_script([REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", "long", *flags], timeout=60)
     assert moved.returncode == 0 and "running " not in moved.stdout, moved.stderr
     assert doc.read_text() == before
 
