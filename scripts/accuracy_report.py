@@ -398,7 +398,7 @@ def _dev_gain_text(recipe, default, higher_is_better):
     return "" if gain is None else f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
 
 
-def defaults_section(dev_gains):
+def defaults_section(dev_gains, datasets):
     """Which recipe the dev scores would make the default: one that raises dev wherever it ran."""
     lines = ["## Choosing the defaults, by dev scores only", "",
              "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
@@ -406,8 +406,10 @@ def defaults_section(dev_gains):
     for recipe in dict.fromkeys(cell[0] for cell in dev_gains):
         cells = [cell[1:] for cell in dev_gains if cell[0] == recipe]
         worse = [where for where, gain, _ in cells if gain < 0]
+        planned = sum(len(GRID[name]["splits"]) for name in datasets
+                      if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression")))
         choice = f"lowers dev on {', '.join(worse)}: stays a flag" if worse else \
-            "raises dev wherever it ran: a candidate for the default"
+            f"raises dev on every split it ran on ({len(cells)} of the grid's {planned}): a candidate for the default"
         lines.append(f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): "
                      f"{', '.join(f'{where} {gain:+.3f} ({n} seed{_plural(n)})' for where, gain, n in cells)}. "
                      f"{choice}.")
@@ -522,7 +524,7 @@ def write_report(runs, placed, ledger, args):
         lines, gains = dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"], done,
                                        ledger)
         sections, dev_gains = sections + lines, dev_gains + gains
-    sections += defaults_section(dev_gains)
+    sections += defaults_section(dev_gains, args.datasets)
     if "BBBP" in args.datasets:
         sections += style_section(args.seeds[0], done)
     sections += missing_section(runs, placed, done)
