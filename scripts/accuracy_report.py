@@ -402,14 +402,14 @@ def defaults_section(dev_gains, datasets):
     """Which recipe the dev scores would make the default: one that raises dev wherever it ran."""
     lines = ["## Choosing the defaults, by dev scores only", "",
              "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
-             "RMSE's sign turned). Test scores play no part.", ""]
+             "RMSE's sign turned), where both have dev scores in the ledger. Test scores play no part.", ""]
     for recipe in dict.fromkeys(cell[0] for cell in dev_gains):
         cells = [cell[1:] for cell in dev_gains if cell[0] == recipe]
         worse = [where for where, gain, _ in cells if gain < 0]
         planned = sum(len(GRID[name]["splits"]) for name in datasets
                       if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression")))
         choice = f"lowers dev on {', '.join(worse)}: stays a flag" if worse else \
-            f"raises dev on every split it ran on ({len(cells)} of the grid's {planned}): a candidate for the default"
+            f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a candidate for the default"
         lines.append(f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): "
                      f"{', '.join(f'{where} {gain:+.3f} ({n} seed{_plural(n)})' for where, gain, n in cells)}. "
                      f"{choice}.")
