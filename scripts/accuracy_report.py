@@ -20,7 +20,7 @@ network run cut short continues from its snapshot (--resume), so the command
 picks up where it stopped. Data sets other than BBBP must be placed first
 (python dataset/place_data.py NAME); one that is not placed is listed as such.
 The report ends with each recipe's dev gain over the defaults, split by split:
-the figures a default is chosen by (never test's).
+the figures a default is chosen by (never test's), each beside its cost in minutes.
 """
 import argparse
 from dataclasses import asdict, dataclass
@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -340,7 +341,7 @@ def _percent(sizes):
 
 def dataset_section(name, runs, done, ledger):
     """One data set's table, and how each network recipe (and ensemble) compares with the forest on each split;
-    and each recipe's dev gain over the defaults there, as (recipe, where, gain, seeds both ran)."""
+    and each recipe's DevGain over the defaults there."""
     finished = [r for r in runs if done.get(r)]
     if not finished:
         return [], []
@@ -356,10 +357,11 @@ def dataset_section(name, runs, done, ledger):
     for split, sizes in GRID[name]["splits"]:
         cell = [r for r in finished if (r.split, r.sizes) == (split, sizes)]
         _check_identical_splits(name, split, cell, done)
-        scores, devs = {}, {}
+        scores, devs, minutes = {}, {}, {}
         for label in sorted(dict.fromkeys(r.label for r in cell), key=lambda m: (m == "forest", m != "network")):
             entries = [(r, done[r]) for r in cell if r.label == label]
             scores[label] = [entry["test"] for _, entry in entries]
+            minutes[label] = _median_minutes(entries)
             devs[label] = {r.seed: entry["dev"] for r, entry in entries if entry["dev"] is not None}
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
             ensemble = ledger.get(ensemble_key([r for r, _ in entries]))
@@ -375,7 +377,8 @@ def dataset_section(name, runs, done, ledger):
         for recipe in dict.fromkeys(r.recipe for r in cell if r.model == "network" and r.recipe != "default"):
             gain, seeds = dev_gain(devs[f"network, {recipe}"], devs.get("network", {}), higher)
             if gain is not None:
-                dev_gains.append((recipe, f"{name} {split} {_percent(sizes)}", gain, len(seeds)))
+                dev_gains.append(DevGain(recipe, f"{name} {split} {_percent(sizes)}", gain, len(seeds),
+                                         minutes.get(f"network, {recipe}"), minutes.get("network")))
     return lines + ["", *verdicts] + ([""] if verdicts else []), dev_gains
 
 
@@ -398,20 +401,35 @@ def _dev_gain_text(recipe, default, higher_is_better):
     return "" if gain is None else f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
 
 
+class DevGain(NamedTuple):
+    """A recipe's mean dev gain over the defaults on one split, and what it costs there."""
+    recipe: str
+    where: str  # data set, split, sizes
+    gain: float
+    seeds: int  # how many seeds both ran
+    minutes: float | None  # the recipe's median minutes per run
+    default_minutes: float | None
+
+    def text(self):
+        cost = f"; {self.minutes:.1f} min a run, the defaults {self.default_minutes:.1f}" \
+            if self.minutes is not None and self.default_minutes is not None else ""
+        return f"{self.where} {self.gain:+.3f} ({self.seeds} seed{_plural(self.seeds)}{cost})"
+
+
 def defaults_section(dev_gains, datasets):
-    """Which recipe the dev scores would make the default: one that raises dev wherever it ran."""
+    """Which recipe the dev scores would make the default: one that raises dev wherever it was compared."""
     lines = ["## Choosing the defaults, by dev scores only", "",
              "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
-             "RMSE's sign turned), where both have dev scores in the ledger. Test scores play no part.", ""]
-    for recipe in dict.fromkeys(cell[0] for cell in dev_gains):
-        cells = [cell[1:] for cell in dev_gains if cell[0] == recipe]
-        worse = [where for where, gain, _ in cells if gain < 0]
+             "RMSE's sign turned), where both have dev scores in the ledger, and the median minutes a run of each. "
+             "Test scores play no part.", ""]
+    for recipe in dict.fromkeys(gain.recipe for gain in dev_gains):
+        cells = [gain for gain in dev_gains if gain.recipe == recipe]
+        worse = [cell.where for cell in cells if cell.gain < 0]
         planned = sum(len(GRID[name]["splits"]) for name in datasets
                       if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression")))
         choice = f"lowers dev on {', '.join(worse)}: stays a flag" if worse else \
             f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a candidate for the default"
-        lines.append(f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): "
-                     f"{', '.join(f'{where} {gain:+.3f} ({n} seed{_plural(n)})' for where, gain, n in cells)}. "
+        lines.append(f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): {', '.join(cell.text() for cell in cells)}. "
                      f"{choice}.")
     return lines + [""] if dev_gains else []
 
@@ -424,19 +442,24 @@ def _seeds(seeds):
     return f"seed{_plural(len(seeds))} " + ", ".join(map(str, seeds))
 
 
+def _median_minutes(entries):
+    minutes = [entry["seconds"] / 60 for _, entry in entries if entry["seconds"] is not None]
+    return statistics.median(minutes) if minutes else None
+
+
 def _row(entries):
     """seeds | mean +- sd | per seed | dev | best epochs | minutes, for one model on one split."""
     tests = [entry["test"] for _, entry in entries]
     mean, sd = summary(tests)
     devs = [entry["dev"] for _, entry in entries if entry["dev"] is not None]
-    minutes = [entry["seconds"] / 60 for _, entry in entries if entry["seconds"] is not None]
+    minutes = _median_minutes(entries)
     epochs = [str(entry["best_epoch"]) for _, entry in entries if entry["best_epoch"] is not None]
     return " | ".join([", ".join(str(run.seed) for run, _ in entries),
                        f"{mean:.3f} +- {sd:.3f}" if len(tests) > 1 else f"{mean:.3f}",
                        ", ".join(f"{t:.3f}" for t in tests),
                        f"{statistics.mean(devs):.3f}" if devs else "-",
                        ", ".join(epochs) or "-",
-                       f"{statistics.median(minutes):.1f}" if minutes else "-"])
+                       f"{minutes:.1f}" if minutes is not None else "-"])
 
 
 def _check_identical_splits(name, split, cell, done):

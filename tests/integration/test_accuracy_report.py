@@ -39,19 +39,20 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     # network runs as a training run leaves them: better than the forest by 0.2 on the same splits, and two recipes
     for seed, score in zip((1, 2), forest):
         _fake_network_run(runs, seed, score + 0.2)
-        _fake_network_run(runs, seed, score - 0.3, recipe="augment", dev=0.85)
-        _fake_network_run(runs, seed, score - 0.3, recipe="long", dev=0.95)
+        _fake_network_run(runs, seed, score - 0.3, recipe="augment", dev=0.85, seconds=120)
+        _fake_network_run(runs, seed, score - 0.3, recipe="long", dev=0.95, seconds=300)
     done = run_script([REPORT, "--write-only", "--recipes", "augment", "long", *flags], timeout=60)
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
     assert "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the default " \
            "network's mean (seeds 1, 2)" in doc.read_text()
     assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
-    # the default is chosen by dev, whatever test says
-    assert "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds). lowers dev on BBBP " \
-           "stratified 72/18/10: stays a flag." in doc.read_text()
-    assert "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds). raises dev " \
-           "wherever compared (1 of the grid's 3 splits): a candidate for the default." in doc.read_text()
+    # the default is chosen by dev, whatever test says, with its cost beside it
+    assert "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a run, the " \
+           "defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag." in doc.read_text()
+    assert "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 min a run, " \
+           "the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a candidate for the " \
+           "default." in doc.read_text()
 
     # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
     kept = json.loads(ledger.read_text())
@@ -75,7 +76,7 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert doc.read_text() == before  # the last good report stays whole
 
 
-def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.9):
+def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.9, seconds=60):
     """A finished network run's folder; its splits.json the forest's, or (forest_splits=False) a made-up one."""
     forest = runs / CELL / "forest_canonical" / f"seed_{seed}"
     network = runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
@@ -84,7 +85,8 @@ def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.
     splits = (forest / "splits.json").read_text() if forest_splits else made_up
     (network / "splits.json").write_text(splits)
     (network / "metrics.json").write_text(json.dumps({"test_roc_auc": score, "best_dev_roc_auc": dev, "best_epoch": 7,
-                                                      "task": "classification", "label_columns": ["p_np"]}))
+                                                      "wall_seconds": seconds, "task": "classification",
+                                                      "label_columns": ["p_np"]}))
 
 
 @pytest.mark.timeout(300)
