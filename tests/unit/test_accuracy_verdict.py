@@ -1,4 +1,5 @@
-"""The accuracy report's verdict: who wins, by how much, and when one side is a single figure."""
+"""The accuracy report's verdict: who wins, by how much, and when one side is a single figure; and the
+summary's pick of a network by dev scores alone."""
 import importlib.util
 
 import pytest
@@ -7,11 +8,16 @@ from helpers import SCRIPTS
 
 
 @pytest.fixture(scope="module")
-def verdict():
+def report():
     spec = importlib.util.spec_from_file_location("accuracy_report", SCRIPTS / "accuracy_report.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.verdict
+    return module
+
+
+@pytest.fixture(scope="module")
+def verdict(report):
+    return report.verdict
 
 
 def test_a_gap_beyond_two_standard_errors_names_the_winner_and_the_margin(verdict):
@@ -34,3 +40,26 @@ def test_a_single_figure_is_flagged_since_its_spread_is_not_in_the_noise(verdict
 def test_two_single_figures_are_both_named(verdict):
     text = verdict([0.77], [0.80], higher_is_better=True)
     assert text.endswith("(one network figure and one forest figure: the noise leaves out their spread)")
+
+
+SEEDS = {"forest": [1, 2, 3], "network": [1, 2, 3], "network, long": [1, 2, 3], "network, wide": [1, 2]}
+TESTS = {"forest": [0.80, 0.81, 0.82], "network": [0.90, 0.91, 0.92], "network, long": [0.70, 0.71, 0.72],
+         "network, wide": [0.99, 0.99]}
+
+
+def test_the_summary_picks_the_network_by_dev_never_by_test(report):
+    devs = {"forest": {}, "network": {1: 0.80, 2: 0.80, 3: 0.80}, "network, long": {1: 0.90, 2: 0.85, 3: 0.88},
+            "network, wide": {1: 0.99, 2: 0.99}}  # wide: best dev, but seed 3 missing: not comparable
+    standing = report.dev_pick("X random 80/10/10", TESTS, devs, SEEDS, higher=True)
+    assert (standing.label, round(standing.dev, 4), standing.network) == ("network, long", 0.8767, [0.70, 0.71, 0.72])
+    assert "forest better by 0.100" in standing.row()
+
+
+def test_the_summary_picks_the_lowest_dev_rmse_and_needs_a_forest(report):
+    devs = {"forest": {}, "network": {1: 0.6, 2: 0.7, 3: 0.8}, "network, long": {1: 0.9, 2: 0.9, 3: 0.9},
+            "network, wide": {}}
+    assert report.dev_pick("X", TESTS, devs, SEEDS, higher=False).label == "network"
+    no_forest = {label: seeds for label, seeds in SEEDS.items() if label != "forest"}
+    assert report.dev_pick("X", TESTS, devs, no_forest, higher=False) is None
+    no_dev = {label: {} for label in devs}
+    assert report.dev_pick("X", TESTS, no_dev, SEEDS, higher=True) is None
