@@ -362,10 +362,10 @@ def dataset_section(name, runs, done, ledger):
     for split, sizes in GRID[name]["splits"]:
         cell = [r for r in finished if (r.split, r.sizes) == (split, sizes)]
         _check_identical_splits(name, split, cell, done)
-        scores, devs, minutes, seeds = {}, {}, {}, {}
+        scores, devs, minutes, ran = {}, {}, {}, {}  # ran: each label's seeds
         for label in sorted(dict.fromkeys(r.label for r in cell), key=lambda m: (m == "forest", m != "network")):
             entries = [(r, done[r]) for r in cell if r.label == label]
-            scores[label], seeds[label] = [entry["test"] for _, entry in entries], [r.seed for r, _ in entries]
+            scores[label], ran[label] = [entry["test"] for _, entry in entries], [r.seed for r, _ in entries]
             minutes[label] = _median_minutes(entries)
             devs[label] = {r.seed: entry["dev"] for r, entry in entries if entry["dev"] is not None}
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
@@ -374,7 +374,7 @@ def dataset_section(name, runs, done, ledger):
                 label = f"{label}, ensemble of {len(entries)} seeds"
                 scores[label], devs[label] = [ensemble["test"]], {seed: ensemble["dev"] for seed in ensemble["seeds"]}
                 lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} |")
-        standings.append(dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, seeds, higher))
+        standings.append(dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher))
         forest = scores.pop("forest", None)
         for label, network in scores.items() if forest else ():
             recipe = "" if label == "network" else label.replace("network", "", 1)
@@ -398,18 +398,16 @@ class Standing(NamedTuple):
     higher: bool  # ROC AUC, or RMSE
 
     def row(self):
-        mean, sd = summary(self.network)
-        forest_mean, forest_sd = summary(self.forest)
-        return f"| {self.where} | {self.label} | {self.dev:.3f} | {mean:.3f} +- {sd:.3f} | " \
-               f"{forest_mean:.3f} +- {forest_sd:.3f} | {verdict(self.network, self.forest, self.higher)} |"
+        return f"| {self.where} | {self.label} | {self.dev:.3f} | {_mean_sd(self.network)} | " \
+               f"{_mean_sd(self.forest)} | {verdict(self.network, self.forest, self.higher)} |"
 
 
-def dev_pick(where, scores, devs, seeds, higher):
+def dev_pick(where, scores, devs, ran, higher):
     """The single network (no ensemble) with the best mean dev score among those with one for every seed the
     forest ran, as a Standing; None without a forest or such a network. Its test score is read, never chosen by."""
-    if "forest" not in seeds:
+    if "forest" not in ran:
         return None
-    full = [label for label in seeds if label != "forest" and sorted(devs[label]) == sorted(seeds["forest"])]
+    full = [label for label in ran if label != "forest" and sorted(devs[label]) == sorted(ran["forest"])]
     if not full:
         return None
     best = (max if higher else min)(full, key=lambda label: statistics.mean(devs[label].values()))
@@ -497,16 +495,20 @@ def _median_minutes(entries):
 def _row(entries):
     """seeds | mean +- sd | per seed | dev | best epochs | minutes, for one model on one split."""
     tests = [entry["test"] for _, entry in entries]
-    mean, sd = summary(tests)
     devs = [entry["dev"] for _, entry in entries if entry["dev"] is not None]
     minutes = _median_minutes(entries)
     epochs = [str(entry["best_epoch"]) for _, entry in entries if entry["best_epoch"] is not None]
     return " | ".join([", ".join(str(run.seed) for run, _ in entries),
-                       f"{mean:.3f} +- {sd:.3f}" if len(tests) > 1 else f"{mean:.3f}",
+                       _mean_sd(tests),
                        ", ".join(f"{t:.3f}" for t in tests),
                        f"{statistics.mean(devs):.3f}" if devs else "-",
                        ", ".join(epochs) or "-",
                        f"{minutes:.1f}" if minutes is not None else "-"])
+
+
+def _mean_sd(scores):
+    mean, sd = summary(scores)
+    return f"{mean:.3f} +- {sd:.3f}" if len(scores) > 1 else f"{mean:.3f}"
 
 
 def _check_identical_splits(name, split, cell, done):
