@@ -1,39 +1,53 @@
-"""partorch: parts for data-parallel (DDP) training of molecule models.
+"""partorch: parts for data-parallel (DDP) training, and the molecule parts
+of its SMILES template.
 
 The training loop lives in the scripts (scripts/basic_neural_network.py and
-its DDP twin); the package holds the parts they use, one concern a module:
-
-    molecule_csv  reading and validating a CSV of SMILES and labels
-    splits        train / dev / test indices (stratified, random, scaffold)
-    tokenizer     SMILES and byte tokenizers
-    datasets      the typed Batch, SMILES and feature datasets
-    sampler       batch samplers that shard every global batch across ranks
-    loaders       get_dataloader / get_ddp_dataloader
-    rnn           the recurrent model (no loss, no optimiser, no DDP)
-    tasks         loss and metrics: classification, multi-task, regression
-    evaluation    model outputs over a loader; outputs for new SMILES
-    distributed   rendezvous, threads, digests, object collectives
-    checkpoint    atomic writes, snapshots, the saved model folder
-    report        metrics.json, figures, TensorBoard at the end of a run
-    plots         the figures (matplotlib, imported when drawing)
-    chem          what needs RDKit
-    flags, logs, errors   the scripts' flags, logging and exit policy
+the rungs above it); the package holds the parts they use, one concern a
+module, in two folders: `partorch.ddp` (generic: any data, model and task)
+and `partorch.molecules` (what a user with other data replaces). The
+generic parts the scripts call are importable from `partorch` itself.
 """
-from .checkpoint import load_model_dir, save_model_dir
-from .datasets import Batch, FeatureDataset, SmilesDataset, TrainingData
-from .errors import PartorchError, run_main
-from .evaluation import predict, predict_smiles
-from .loaders import get_dataloader, get_ddp_dataloader
-from .molecule_csv import read_molecule_csv
-from .rnn import RNNPredictor
-from .sampler import LengthBucketBatchSampler
-from .splits import split_indices
-from .tasks import BinaryClassification, Regression
-from .tokenizer import BytesTokenizer, SmilesTokenizer
+
+from .ddp.checkpoint import (
+    TrainingState,
+    capture_rng,
+    load_model_dir,
+    resume_or_start,
+    save_model_dir,
+    save_snapshot,
+)
+from .ddp.data import Batch, FeatureDataset, TrainingData
+from .ddp.distributed import set_cpu_threads
+from .ddp.errors import DataError, PartorchError, run_main
+from .ddp.evaluation import predict, score
+from .ddp.flags import FlagParser
+from .ddp.loaders import get_dataloader, get_ddp_dataloader
+from .ddp.logs import setup_logging
+from .ddp.report import write_report
+from .ddp.run_dir import prepare_run_dir
+from .ddp.sampler import LengthBucketBatchSampler
 
 __all__ = [
-    "Batch", "BinaryClassification", "BytesTokenizer", "FeatureDataset", "LengthBucketBatchSampler",
-    "PartorchError", "RNNPredictor", "Regression", "SmilesDataset", "SmilesTokenizer", "TrainingData",
-    "get_dataloader", "get_ddp_dataloader", "load_model_dir", "predict", "predict_smiles", "read_molecule_csv",
-    "run_main", "save_model_dir", "split_indices",
+    "Batch",
+    "DataError",
+    "FeatureDataset",
+    "FlagParser",
+    "LengthBucketBatchSampler",
+    "PartorchError",
+    "TrainingData",
+    "TrainingState",
+    "capture_rng",
+    "get_dataloader",
+    "get_ddp_dataloader",
+    "load_model_dir",
+    "predict",
+    "prepare_run_dir",
+    "resume_or_start",
+    "run_main",
+    "score",
+    "save_model_dir",
+    "save_snapshot",
+    "set_cpu_threads",
+    "setup_logging",
+    "write_report",
 ]

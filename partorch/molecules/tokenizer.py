@@ -9,7 +9,7 @@ import json
 import re
 
 from .chem import augmentation_vocabulary_strings
-from .errors import PartorchError
+from ..ddp.errors import PartorchError
 
 PAD, UNK = "<pad>", "<unk>"
 

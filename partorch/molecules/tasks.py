@@ -13,9 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import PartorchError
-from .logs import log
-from .molecule_csv import DataError
+from ..ddp.errors import DataError, PartorchError
+from ..ddp.logs import log
 
 TASK_KINDS = ("auto", "classification", "regression")
 CLASS_WEIGHTS = ("none", "balanced")
@@ -90,6 +89,19 @@ class Task:
             figures[f"{split}_per_task"] = {column: m[self.score_name] for column, m in metrics["per_task"].items()
                                             if self.score_name in m}
         return figures
+
+    def scalars(self, row):
+        """TensorBoard's {tag: value} for an epoch's row of figures: losses, scores (per
+        task too, when there are several), throughput and learning rate."""
+        scalars = {"Loss/train": row["train_loss"]}
+        for split in [name for name in ("dev", "test") if f"{name}_loss" in row]:
+            scalars[f"Loss/{split}"] = row[f"{split}_loss"]
+            scalars[f"{self.score_tag}/{split}"] = row[f"{split}_{self.score_name}"]
+            for column, value in row.get(f"{split}_per_task", {}).items():
+                scalars[f"{self.score_tag}/{split}/{column}"] = value
+        scalars["Throughput/train_samples_per_second"] = row["samples_per_second"]
+        scalars["LR"] = row["lr"]
+        return scalars
 
     def final_line(self, metrics):
         return f"Final test {self.score_title}: {metrics[self.score_name]:.4f}"

@@ -6,13 +6,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from ..ddp.errors import DataError
 from .chem import canonical_smiles
-from .errors import PartorchError
-
-
-class DataError(PartorchError):
-    pass
-
 
 SMILES_FORMS = ("canonical", "raw")
 

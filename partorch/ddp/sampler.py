@@ -9,7 +9,7 @@ with the same epoch on every rank.
 import numpy as np
 from torch.utils.data import BatchSampler, DistributedSampler
 
-from .molecule_csv import DataError
+from .errors import DataError
 
 
 def check_divisible(batch_size, world_size):

@@ -14,6 +14,10 @@ class PartorchError(Exception):
     retry would meet it again."""
 
 
+class DataError(PartorchError):
+    """The data cannot be used as given (a file, a column, a row, a batch size)."""
+
+
 class UnexpectedError(PartorchError):
     """Anything else one rank met (a full disk, out of memory, a bug),
     passed on to every rank as one line: a torchrun restart may get past it."""

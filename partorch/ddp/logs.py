@@ -14,6 +14,7 @@ def setup_logging(rank=0, quiet=False):
     log.handlers[:] = [console]
     log.setLevel(logging.INFO)
     log.propagate = False
+    return log
 
 
 def add_log_file(directory, rank=0):

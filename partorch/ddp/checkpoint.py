@@ -21,6 +21,7 @@ import tempfile
 import numpy as np
 import torch
 
+from .distributed import is_restart_of
 from .errors import PartorchError
 from .logs import log
 
@@ -181,6 +182,30 @@ class TrainingState:
     job: str = None  # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
     seconds: float = 0.0  # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
 
+    def end_epoch(self, row, model, task, seconds):
+        """Count the epoch whose figures are `row`; keep the weights when its dev score is
+        the best; `seconds`: the run's wall clock so far, earlier attempts included."""
+        self.history.append(row)
+        self.seconds = seconds
+        self.epoch = row["epoch"]
+        score = row[f"dev_{task.score_name}"]
+        if task.is_better(score, self.best_score):
+            self.best_score, self.best_epoch = score, self.epoch
+            self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def patience_ran_out(self, patience):
+        """Whether `patience` epochs (0: never) passed without a better dev score."""
+        if patience and self.epoch - self.best_epoch >= patience:
+            log.info("no better dev score for %d epochs: stopped after epoch %d", patience, self.epoch)
+            return True
+        return False
+
+    def best_weights(self):
+        """The best epoch's weights; an error when no epoch gave a finite dev score."""
+        if not self.best_state:
+            raise CheckpointError("no epoch gave a finite dev score: nothing to keep (see logs/)")
+        return self.best_state
+
 
 def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity):
     """Written by rank 0 only: the plain module's weights, the optimiser and
@@ -190,6 +215,33 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
                            state=asdict(state), rng=rng_states, identity=identity), path)
+
+
+def resume_or_start(path, *, resume, worst_score, model, optimizer, scaler, identity, rank, world_size):
+    """The TrainingState to train from: the snapshot at `path` loaded into
+    model, optimiser, scaler and this rank's random state, or a fresh state.
+
+    A snapshot is continued when `resume` asks for it or when this process
+    is torchrun's restart of the job that wrote it (`is_restart_of`); any
+    other run finding one stops, so two runs never mix in one folder.
+    `identity` must match the snapshot's (flags that define the result,
+    digests of the data): another run's snapshot is refused."""
+    path = Path(path)
+    if not path.exists():
+        if resume:
+            raise CheckpointError(f"--resume: there is no snapshot at {path}")
+        return TrainingState(best_score=worst_score)
+    snapshot = load_state(path)
+    if not (resume or is_restart_of(snapshot.get("state", {}).get("job"))):
+        raise CheckpointError(
+            f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
+            "--resume, or choose another --output-dir"
+        )
+    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler,
+                             identity=identity, rank=rank, world_size=world_size)
+    log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)",
+             state.epoch, state.best_score, state.best_epoch)
+    return state
 
 
 def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, world_size):

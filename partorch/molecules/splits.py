@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from .chem import scaffold_groups
-from .molecule_csv import DataError
+from ..ddp.errors import DataError
 
 DEFAULT_SIZES = (0.72, 0.18, 0.10)  # the tutorial's: 10 % test, then 20 % of the rest dev
 SPLITS = ("stratified", "random", "scaffold", "scaffold_balanced")

@@ -3,7 +3,7 @@ Bemis-Murcko scaffolds, Morgan fingerprints, random SMILES. RDKit is imported
 inside each function, so that modules which only import this one load fast."""
 import numpy as np
 
-from .errors import PartorchError
+from ..ddp.errors import PartorchError
 
 
 def _rdkit():

@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -33,13 +32,6 @@ def set_cpu_threads(processes_on_this_host, threads=None):
     """Split the cores between the processes of this host (oversubscribed
     threads spin against each other and run slower than fewer threads)."""
     torch.set_num_threads(threads or max(1, available_cores() // processes_on_this_host))
-
-
-def rank_seed(seed, rank):
-    """A seed for the random streams that must differ between ranks
-    (dropout), drawn from (seed, rank): reproducible, and not seed + rank,
-    which would give run (seed 1, rank 1) the stream of (seed 2, rank 0)."""
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 
 def rendezvous(timeout):

@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from ..ddp.errors import PartorchError
+
 
 def reverse_each(x, lengths):
     """Reverse the first `lengths[b]` steps of every sequence, leaving padding last.
@@ -58,6 +60,13 @@ class RNNPredictor(nn.Module):
         self.head = nn.Sequential(
             nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, num_outputs))
         self._register_load_state_dict_pre_hook(_rename_per_layer_weights)
+
+    @staticmethod
+    def check_amp(amp, device):
+        """Stop before training when `--amp bf16` meets a device without bfloat16 LSTM kernels."""
+        if amp == "bf16" and not lstm_runs_in_bfloat16(device):
+            kind = device.type.upper()
+            raise PartorchError(f"--amp bf16: this {kind} has no bfloat16 LSTM kernels; use --amp off")
 
     def encode(self, tokens, lengths):
         """Last-layer summary: forward state at the last token, plus the

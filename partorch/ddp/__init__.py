@@ -1,0 +1,17 @@
+"""The generic DDP parts: any data, model and task can use them, and none
+of them imports a molecule part.
+
+    errors       one `error:` line and a non-zero exit on every rank, never a traceback
+    logs         rank 0 tells the story; each rank its own log file
+    distributed  threads per process, seeds per rank, digests, object collectives,
+                 and what restarts across nodes need (rendezvous, job keys, heartbeat)
+    data         the typed Batch, TrainingData, fixed-size feature datasets
+    sampler      batch samplers that shard every global batch across ranks
+    loaders      get_dataloader / get_ddp_dataloader
+    checkpoint   atomic writes, snapshots and resume, the saved model folder
+    run_dir      the run's output folder, agreed by every rank
+    evaluation   model outputs over a loader
+    report       metrics.json, figures and TensorBoard at the end of a run
+    plots        the figures (matplotlib, imported when drawing)
+    flags        the scripts' argparse parser
+"""

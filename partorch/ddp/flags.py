@@ -1,0 +1,57 @@
+"""The scripts' flag parser: argparse, with the defaults shown in `--help`
+and the exit policy of a job with many ranks (a bad flag is reported by
+every rank, and none leaves before its peers could say so too)."""
+
+import argparse
+import sys
+
+import torch
+
+from .errors import exit_after_peers
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The docstring as written, and `(default: X)` after every flag's help."""
+
+
+class FlagParser(argparse.ArgumentParser):
+    """An ArgumentParser for a training script whose docstring is its description."""
+
+    def __init__(self, doc):
+        super().__init__(description=doc, formatter_class=_Formatter)
+
+    @staticmethod
+    def positive(kind):
+        """An argparse type: `kind` (int or float), greater than 0."""
+
+        def parse(text):
+            value = kind(text)
+            if value <= 0:
+                raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+            return value
+
+        parse.__name__ = f"positive {kind.__name__}"
+        return parse
+
+    @staticmethod
+    def fraction(text):
+        """An argparse type: a float in [0, 1)."""
+        value = float(text)
+        if not 0 <= value < 1:
+            raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+        return value
+
+    def exit(self, status=0, message=None):
+        if message:
+            self._print_message(message, sys.stderr)
+        if status:  # a bad flag, on every rank: each says so before torchrun stops them all
+            exit_after_peers(status)
+        sys.exit(status)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        if getattr(parsed, "resume", False) and getattr(parsed, "output_dir", "") is None:
+            self.error("--resume needs --output-dir, the folder of the run to continue")
+        if getattr(parsed, "amp", None) == "fp16" and not torch.cuda.is_available():
+            self.error("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
+        return parsed

@@ -1,0 +1,66 @@
+"""From a CSV of molecules to what a training script trains on: the table
+read and checked, the task chosen, the split, the vocabulary and the three
+SMILES datasets, as one TrainingData. Every rank builds the same from the
+same file and flags (no randomness outside `seed`), so nothing is sent
+between ranks; the digests let a script check that."""
+
+from ..ddp.data import TrainingData
+from ..ddp.distributed import digest
+from ..ddp.logs import log
+from .datasets import smiles_dataset
+from .splits import DEFAULT_SIZES, describe_split, split_molecules
+from .table import read_molecule_csv
+from .tasks import build_task, choose_task_kind
+from .tokenizer import build_tokenizer
+
+
+def molecule_data(
+    path,
+    *,
+    smiles_column="smiles",
+    label_columns=("p_np",),
+    task="auto",
+    smiles_form="canonical",
+    strict=False,
+    validate_smiles=False,
+    split="stratified",
+    split_sizes=DEFAULT_SIZES,
+    seed=0,
+    tokenizer="smiles",
+    augment=False,
+    tta=0,
+    class_weight="none",
+):
+    """TrainingData for the molecules of a CSV; the arguments are the flags
+    of `add_molecule_flags` (see their help) and the run's seed."""
+    parse = validate_smiles or "scaffold" in split
+    table = read_molecule_csv(
+        path, smiles_column, label_columns, strict=strict, smiles_form=smiles_form, parse=parse
+    )
+    kind = choose_task_kind(task, table)
+    splits = split_molecules(table, split, seed, kind, split_sizes)
+    the_task = build_task(kind, table, splits, class_weight)
+    vocabulary = build_tokenizer(tokenizer, table, random_smiles=augment or tta > 0)
+
+    def subset(indices, rewritable):  # a molecule's random SMILES come from (seed, epoch, its row)
+        return smiles_dataset(table.smiles, table.labels, vocabulary, indices, rewritable, seed)
+
+    log.info("%s: train %d, dev %d, test %d molecules (%s split)", path, len(splits.train),
+             len(splits.dev), len(splits.test), split)
+    return TrainingData(
+        subset(splits.train, augment),
+        subset(splits.dev, tta > 0),
+        subset(splits.test, tta > 0),
+        the_task,
+        descriptions={
+            "tokenizer": vocabulary.to_dict(),
+            "splits": describe_split(table, splits, split, seed, split_sizes),
+        },
+        digests={
+            "molecules": digest([table.smiles, table.labels.tolist()]),
+            "split": digest(splits.as_lists()),
+            "vocabulary": digest(vocabulary.to_dict()),
+        },
+        warnings=table.warnings,
+        tta=tta,
+    )

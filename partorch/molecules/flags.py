@@ -1,0 +1,75 @@
+"""The flags of the molecule parts: which molecules, labels and split (shared
+with benchmarks/baseline_fingerprints.py, so both see identical splits), how
+SMILES become tokens, and the recurrent model's size. A script adds them to
+its own `--help` groups; a script adapted to other data drops them."""
+
+import argparse
+
+from ..ddp.flags import FlagParser
+from .splits import DEFAULT_SIZES, SPLITS, parse_sizes
+from .table import SMILES_FORMS
+from .tasks import CLASS_WEIGHTS, TASK_KINDS
+
+
+def _split_sizes(text):
+    try:
+        return parse_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_molecule_flags(data, model=None):
+    """Add the molecule data flags to the argument group `data` and, when
+    given, the SMILES network's flags to the group `model`."""
+    add_split_flags(data)
+    add = data.add_argument
+    add("--tokenizer", choices=["smiles", "bytes"], default="smiles",
+        help="atom-level SMILES regex or fixed ASCII bytes")
+    add("--augment", action="store_true",
+        help="each epoch, write every training molecule as a fresh random SMILES")
+    add("--tta", type=int, default=0, metavar="K",
+        help="score dev and test as the mean over the given SMILES and K random ones")
+    add("--validate-smiles", action="store_true",
+        help="with --smiles-form raw: drop (with a warning naming the rows) SMILES RDKit cannot parse")
+    add("--class-weight", choices=CLASS_WEIGHTS, default="none",
+        help="balanced: each label column's positives weighted in the loss by its training "
+             "negatives per positive, for rare classes (classification only)")
+    if model is not None:
+        add_rnn_flags(model)
+
+
+def add_split_flags(data):
+    """The file's columns, the task and the split."""
+    add = data.add_argument
+    add("dataset", help="CSV file with a SMILES column and one or more label columns")
+    add("--smiles-column", default="smiles", help="column holding SMILES")
+    add("--label-column", nargs="+", default=["p_np"], metavar="COLUMN",
+        help="label column(s), separated by spaces or commas; several columns train one output "
+             "each (multi-task), empty cells are missing labels")
+    add("--task", choices=TASK_KINDS, default="auto",
+        help="classification (0/1 labels, ROC AUC), regression (RMSE), or auto: classification "
+             "when every label is 0 or 1")
+    add("--smiles-form", choices=SMILES_FORMS, default="canonical",
+        help="canonical: every SMILES rewritten by RDKit, so the model reads the molecule, not "
+             "the style its source wrote it in; rows RDKit cannot parse are dropped with a "
+             "warning. raw: the file's strings as they are")
+    add("--strict", action="store_true",
+        help="rows without any label, or whose SMILES RDKit cannot parse (whenever they are "
+             "parsed), are an error instead of being dropped")
+    add("--split", choices=SPLITS, default="stratified",
+        help="stratified (by class; random for regression and several tasks), random, scaffold "
+             "(Bemis-Murcko groups, largest to train, then dev, then test: DeepChem's, "
+             "seed-independent) or scaffold_balanced (chemprop's: big groups first, the rest "
+             "shuffled by the seed)")
+    add("--split-sizes", type=_split_sizes, default=DEFAULT_SIZES, metavar="TRAIN,DEV,TEST",
+        help="fractions of the molecules; papers' scaffold figures use 0.8,0.1,0.1")
+
+
+def add_rnn_flags(model):
+    add = model.add_argument
+    add("--embedding-dim", type=FlagParser.positive(int), default=128, help="token embedding size")
+    add("--d-model", type=FlagParser.positive(int), default=128, help="hidden size")
+    add("--num-layers", type=FlagParser.positive(int), default=3, help="recurrent layers")
+    add("--bidirectional", action=argparse.BooleanOptionalAction, default=True,
+        help="read molecules in both directions")
+    add("--dropout", type=FlagParser.fraction, default=0.2, help="dropout between layers and in the head")

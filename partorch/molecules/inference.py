@@ -1,0 +1,37 @@
+"""Model outputs for new SMILES, written as the model was trained on them."""
+import numpy as np
+
+from ..ddp.evaluation import predict
+from ..ddp.loaders import get_dataloader
+from .chem import canonical_smiles
+from .datasets import smiles_dataset
+
+
+def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles_form="raw"):
+    """Model outputs [molecules, tasks] for SMILES strings, in input order,
+    each written in `smiles_form`, the form the model was trained on.
+
+    Returns (outputs, failures): an empty string, one RDKit cannot parse (for
+    the canonical form), or one with tokens outside the vocabulary (the model
+    never learned them), gets a row of NaN and an entry (position, message)
+    in failures; the rest are still predicted.
+    """
+    written = canonical_smiles(smiles_list) if smiles_form == "canonical" else list(smiles_list)
+    encodable, failures = [], []
+    for i, (given, smiles) in enumerate(zip(smiles_list, written)):
+        unknown = tokenizer.unknown_tokens(smiles) if smiles else []
+        if smiles is None:
+            failures.append((i, f"RDKit cannot parse {given!r}"))
+        elif smiles and not unknown:
+            encodable.append(i)
+        else:
+            failures.append((i, f"unknown tokens {unknown} in {smiles!r}" if smiles else "empty SMILES"))
+    if not encodable:
+        return np.full((len(smiles_list), getattr(model, "num_outputs", 1)), np.nan), failures
+    dataset = smiles_dataset([written[i] for i in encodable], np.zeros(len(encodable)), tokenizer)
+    loader = get_dataloader(dataset, batch_size=batch_size)
+    _, sorted_outputs = predict(model, loader, device)
+    outputs = np.full((len(smiles_list), sorted_outputs.shape[1]), np.nan)
+    order = np.concatenate([np.asarray(b) for b in loader.batch_sampler])
+    outputs[np.asarray(encodable)[order]] = sorted_outputs
+    return outputs, failures
