@@ -21,6 +21,6 @@ setup(
     # rdkit: molecules are read as canonical SMILES by default (and split by scaffold)
     install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib",
                       "rdkit"],
-    # bench: scripts/benchmark.py --lightning alone; nothing else imports Lightning
+    # bench: benchmarks/speed.py --lightning alone; nothing else imports Lightning
     extras_require={"notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning", "torchmetrics"]},
 )

@@ -5,7 +5,8 @@ The training loop lives in the scripts (scripts/basic_neural_network.py and
 the rungs above it); the package holds the parts they use, one concern a
 module, in two folders: `partorch.ddp` (generic: any data, model and task)
 and `partorch.molecules` (what a user with other data replaces). The
-generic parts the scripts call are importable from `partorch` itself.
+generic parts the scripts call are importable from `partorch` itself, and
+so, for convenience, are the molecule parts' main names.
 """
 
 from .ddp.checkpoint import (
@@ -26,8 +27,30 @@ from .ddp.logs import setup_logging
 from .ddp.report import write_report
 from .ddp.run_dir import prepare_run_dir
 from .ddp.sampler import LengthBucketBatchSampler
+from .molecules import (
+    BinaryClassification,
+    BytesTokenizer,
+    Regression,
+    RNNPredictor,
+    SmilesDataset,
+    SmilesTokenizer,
+    predict_smiles,
+    read_molecule_csv,
+    smiles_dataset,
+    split_indices,
+)
 
 __all__ = [
+    "BinaryClassification",
+    "BytesTokenizer",
+    "RNNPredictor",
+    "Regression",
+    "SmilesDataset",
+    "SmilesTokenizer",
+    "predict_smiles",
+    "read_molecule_csv",
+    "smiles_dataset",
+    "split_indices",
     "Batch",
     "DataError",
     "FeatureDataset",

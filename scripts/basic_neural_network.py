@@ -1,4 +1,4 @@
-"""Train a SMILES recurrent network in one process.
+"""Train a SMILES recurrent network in one process, the whole loop in view.
 
     python scripts/basic_neural_network.py dataset/BBBP.csv
     python scripts/basic_neural_network.py my.csv --label-column y1,y2 --task regression
@@ -6,87 +6,89 @@
 Its twin, scripts/basic_neural_network_ddp.py, runs the same program under
 torchrun with DistributedDataParallel. The two are duplicated on purpose (as
 in pytorch/examples' DDP series): `diff` them and every difference is a DDP
-step, marked `# DDP` there. `master_process` is always true here; it stays so
-that the twins differ only where DDP does.
-
-Your own data, model or task: edit the marked place below (build_datasets,
-build_model) and nothing else.
+step, marked `# DDP n` there. `rank` is always 0 and `master_process` always
+true here; they stay so that the twins differ only where DDP does.
+Your own data, model or task: edit the ADAPT block and nothing else.
 """
-from pathlib import Path
+
+import logging
 import time
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from partorch.checkpoint import (TrainingState, capture_rng, ensure_writable_dir, load_state, new_version_dir,
-                                 restore_snapshot, save_snapshot)
-from partorch.distributed import rank_seed, set_cpu_threads
-from partorch.errors import PartorchError, run_main
-from partorch.evaluation import predict
-from partorch.flags import build_parser, run_hparams
-from partorch.loaders import get_dataloader
-from partorch.logs import add_log_file, log, setup_logging
-from partorch.report import write_report
-
-# ============================ ADAPT: your data, model and task ============================
-from partorch.datasets import TrainingData, smiles_dataset
-from partorch.distributed import digest
-from partorch.molecule_csv import read_molecule_csv
-from partorch.rnn import RNNPredictor, lstm_runs_in_bfloat16
-from partorch.splits import describe_split, split_molecules
-from partorch.tasks import build_task, choose_task_kind
-from partorch.tokenizer import build_tokenizer
+from partorch import FlagParser, capture_rng, get_dataloader, predict, prepare_run_dir
+from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
+from partorch import setup_logging, write_report
 
 DEFAULT_OUTPUT_DIR = "runs/basic"
+# How or where a run executes, not what it computes: a snapshot may go on with other values
+RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
+RUN_ONLY |= {"test_every_epoch"}
+log = logging.getLogger("partorch")
+
+# ============================ ADAPT: your data, model and task ============================
+from partorch.molecules import RNNPredictor, add_molecule_flags, molecule_data  # noqa: E402
 
 
-def build_datasets(args):
-    """Your data and its task, as TrainingData: train/dev/test datasets whose
-    batches your model reads, the task (its loss and metrics), what to save
-    beside the model, and digests of what every rank must build alike."""
-    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
-                              smiles_form=args.smiles_form, parse=args.validate_smiles or "scaffold" in args.split)
-    kind = choose_task_kind(args.task, table)
-    splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
-    task = build_task(kind, table, splits, args.class_weight)  # BCE and ROC AUC, or MSE and RMSE
-    tokenizer = build_tokenizer(args.tokenizer, table, random_smiles=args.augment or args.tta > 0)
-
-    def subset(indices, augment):  # a molecule's random SMILES come from (seed, epoch, its row)
-        return smiles_dataset(table.smiles, table.labels, tokenizer, indices, augment, args.seed)
-
-    return TrainingData(subset(splits.train, args.augment), subset(splits.dev, args.tta > 0),
-                        subset(splits.test, args.tta > 0), task,
-                        descriptions={"tokenizer": tokenizer.to_dict(),
-                                      "splits": describe_split(table, splits, args.split, args.seed, args.split_sizes)},
-                        digests={"molecules": digest([table.smiles, table.labels.tolist()]),
-                                 "split": digest(splits.as_lists()), "vocabulary": digest(tokenizer.to_dict())},
-                        warnings=table.warnings)
+add_data_and_model_flags = add_molecule_flags  # (data group, model group): your flags
 
 
-def build_model(args, data):
-    """Your model: an nn.Module whose forward takes a batch's inputs and returns
-    [batch, tasks]. Also returns its constructor's arguments, saved with it."""
+def build_data(args):
+    """Your data and its task, as a partorch.TrainingData (datasets, task, what to save)."""
+    return molecule_data(
+        args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
+        task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
+        split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
+        tokenizer=args.tokenizer, augment=args.augment, tta=args.tta,
+        class_weight=args.class_weight)
+
+
+def build_model(args, data, device):
+    """Your model (forward: a batch's inputs -> [batch, tasks]) and its arguments, saved."""
+    RNNPredictor.check_amp(args.amp, device)
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
-                   d_model=args.d_model, num_layers=args.num_layers, bidirectional=args.bidirectional,
-                   dropout=args.dropout, num_outputs=len(data.task.columns))
-    if args.amp == "bf16" and not lstm_runs_in_bfloat16(args.device):
-        raise PartorchError(f"--amp bf16: this {args.device.type.upper()} has no bfloat16 LSTM kernels; use --amp off")
-    return RNNPredictor(**hparams), hparams
+                   d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
+                   bidirectional=args.bidirectional, num_outputs=len(data.task.columns))
+    return RNNPredictor(**hparams).to(device), hparams
 # ========================================= END ADAPT =========================================
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process):
-    """One pass over this rank's shard: (mean loss, molecules) over all ranks, and every step's loss."""
+def build_parser():
+    parser = FlagParser(__doc__)
+    groups = map(parser.add_argument_group, ("data", "model", "training", "output"))
+    data, model, training, output = groups
+    add_data_and_model_flags(data, model)
+    positive_int, add = FlagParser.positive(int), training.add_argument
+    add("--epochs", type=positive_int, default=30, help="maximum epochs")
+    add("--patience", type=int, default=10, help="epochs without a better dev score; 0: no limit")
+    add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
+    add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
+    add("--weight-decay", type=float, default=1e-4, help="AdamW weight decay")
+    add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
+    add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
+    add("--random-seed", "--seed", dest="seed", type=int, default=1729, help="seed of it all")
+    add("--sampler", choices=["bucket", "random"], default="bucket", help="batches by length")
+    add("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    add("--threads", type=positive_int, help="CPU threads (default: cores / local processes)")
+    add = output.add_argument
+    add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
+    add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")
+    add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
+    add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
+    return parser
+
+
+def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master_process):
+    """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
+    started = time.perf_counter()
     model.train()
-    device = args.device
     world_size = 1
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
-    per_rank_batch = args.batch_size // world_size
-    step_losses, step_molecules = [], []  # losses stay on the device: no host sync per step
+    steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
-    bar = tqdm(total=len(loader.dataset), disable=True if args.quiet or not master_process else None, leave=False,
-               unit="mol")
+    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process or None)
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
@@ -94,172 +96,90 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, master_process
         for piece in pieces:
             with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
                 loss = task.loss(model(*piece.inputs).float(), piece.targets)
-            scaler.scale(loss / per_rank_batch).backward()  # the batch's mean loss (a sum / the batch)
+            # the batch's mean loss (a sum / the batch)
+            scaler.scale(loss / (args.batch_size // world_size)).backward()
             step_loss += loss.detach()
         scaler.step(optimizer)
         scaler.update()
-        step_losses.append(step_loss)
-        step_molecules.append(len(batch))
+        steps.append(torch.stack([step_loss, torch.tensor(len(batch), device=device).float()]))
         bar.update(len(batch) * world_size)
     bar.close()
-    totals = torch.stack([torch.stack(step_losses), torch.tensor(step_molecules, device=device).float()])
+    totals = torch.stack(steps, dim=1)
     loss_sum, molecules = totals.sum(dim=1).tolist()
-    return loss_sum / molecules, int(molecules), (totals[0] / totals[1]).tolist()
-
-
-def evaluate(model, loader, task, args):
-    """(metrics, (targets, outputs)) of one split, on the plain module (not the
-    DDP wrapper, whose forward on one rank alone could wait for the others)."""
-    targets, outputs = predict(model, loader, args.device, args.tta)
-    return task.metrics(targets, outputs), (targets, outputs)
-
-
-def record_epoch(writer, row, task, epochs, step_losses):
-    """The epoch's line on the console and its scalars in TensorBoard: the
-    per-step training loss against optimizer steps, the rest against epochs."""
-    score = task.score_name
-    log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f  %.0f samples/s", row["epoch"], epochs,
-             row["train_loss"], row["dev_loss"], task.score_title, row[f"dev_{score}"], row["samples_per_second"])
-    step = row["epoch"]
-    for i, loss in enumerate(step_losses, start=(step - 1) * len(step_losses) + 1):
-        writer.add_scalar("Loss/train_step", loss, i)
-    writer.add_scalar("Loss/train", row["train_loss"], step)
-    for split in [name for name in ("dev", "test") if f"{name}_loss" in row]:  # test: --test-every-epoch
-        writer.add_scalar(f"Loss/{split}", row[f"{split}_loss"], step)
-        writer.add_scalar(f"{task.score_tag}/{split}", row[f"{split}_{score}"], step)
-        for column, value in row.get(f"{split}_per_task", {}).items():
-            writer.add_scalar(f"{task.score_tag}/{split}/{column}", value, step)
-    writer.add_scalar("Throughput/train_samples_per_second", row["samples_per_second"], step)
-    writer.add_scalar("LR", row["lr"], step)
+    seconds = time.perf_counter() - started
+    row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
+               samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
+    return row, (totals[0] / totals[1]).tolist()
 
 
 def main(args):
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    train(args, device)
+
+
+def train(args, device):
     started = time.perf_counter()
-    # where this rank computes; kept with the flags, which every function below receives
-    args.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if args.amp == "fp16" and args.device.type != "cuda":
-        raise PartorchError("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
-    train(args, started)
-
-
-def load_data(args, rank, world_size):
-    """The datasets, and this rank's loaders."""
-    data = build_datasets(args)  # no collective inside: bad input stops every rank alike
-    for warning in data.warnings if rank == 0 else []:
-        log.warning("warning: %s", warning)
-    train_loader = get_dataloader(dataset=data.train, batch_size=args.batch_size, shuffle=True, seed=args.seed,
-                                  num_workers=args.num_workers, sampler=args.sampler)
-    dev_loader, test_loader = (get_dataloader(dataset=split, batch_size=args.batch_size, num_workers=args.num_workers)
-                               for split in (data.dev, data.test))
-    return data, train_loader, dev_loader, test_loader
-
-
-def prepare_output_dir(args, rank):
-    """The output folder and this rank's log file in it, before any training."""
-    if args.output_dir is None:
-        args.output_dir = str(new_version_dir(DEFAULT_OUTPUT_DIR))
-    output = Path(args.output_dir)
-    ensure_writable_dir(output / "logs")
-    add_log_file(output / "logs", rank)
-    return output
-
-
-def resume(args, path, model, optimizer, scaler, identity, rank):
-    """The training state to start from: a snapshot of this run, or a fresh one (None)."""
-    if args.resume and not path.exists():
-        raise PartorchError(f"--resume: there is no snapshot at {path}")
-    if not path.exists():
-        return None
-    snapshot = load_state(path)
-    if not args.resume:  # never mix two runs
-        raise PartorchError(f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
-                            "--resume, or choose another --output-dir")
-    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler, identity=identity, rank=rank,
-                             world_size=1)
-    log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)", state.epoch,
-             state.best_score, state.best_epoch)
-    return state
-
-
-def score_epoch(args, model, loaders, task, writer, figures, step_losses):
-    """The epoch's figures on every rank: `figures` (epoch, training) with dev's scores (and test's) added."""
-    row = None
-    if writer is not None or args.distributed_eval:
-        dev_loader, test_loader = loaders
-        row = {**figures, **task.figures("dev", evaluate(model, dev_loader, task, args)[0])}
-        if args.test_every_epoch:  # for the curves only: dev alone picks the best epoch
-            row.update(task.figures("test", evaluate(model, test_loader, task, args)[0]))
-    if writer is not None:
-        record_epoch(writer, row, task, args.epochs, step_losses)
-    return row
-
-
-def train(args, started):
     rank, world_size = 0, 1
     master_process = rank == 0  # it alone prints, evaluates and writes files
     setup_logging(rank, args.quiet)
     set_cpu_threads(1, args.threads)
     torch.manual_seed(args.seed)  # the same initial weights everywhere
-    data, train_loader, dev_loader, test_loader = load_data(args, rank, world_size)
-    output = prepare_output_dir(args, rank)
+    data = build_data(args)  # the same on every rank: same file, flags and seed
     task = data.task
-    log.info("%s: train %d, dev %d, test %d molecules; %s on %d label columns; rank %d of %d, %s; writing to %s",
-             args.dataset, len(data.train), len(data.dev), len(data.test), task.kind, len(task.columns), rank,
-             world_size, args.device, output)
-
-    model, model_hparams = build_model(args, data)
-    model = model.to(args.device)
+    for warning in data.warnings if master_process else []:
+        log.warning("warning: %s", warning)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
+    train_loader = get_dataloader(data.train, shuffle=True, batch_size=args.batch_size,
+                                  seed=args.seed, num_workers=args.num_workers,
+                                  sampler=args.sampler)
+    loaders = {name: get_dataloader(split, batch_size=args.batch_size)
+               for name, split in (("dev", data.dev), ("test", data.test))}
+    scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
+    model, model_hparams = build_model(args, data, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    torch.manual_seed(rank_seed(args.seed, rank))  # dropout from (seed, rank): each DDP rank its own masks
+    torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output)
-    hparams = {**run_hparams(args), "model": model_hparams}
+    hparams = {**{k: v for k, v in vars(args).items() if k not in RUN_ONLY}, "model": model_hparams}
     identity = {"hparams": hparams, **data.digests}
-    snapshot_path = output / "checkpoints" / "last.pt"
-    state = resume(args, snapshot_path, model, optimizer, scaler, identity, rank)
-    state = state or TrainingState(best_score=task.worst_score)
+    snapshot = output / "checkpoints" / "last.pt"
+    parts = dict(model=model, optimizer=optimizer, scaler=scaler, identity=identity)
+    state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
+                            world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
-
-    train_seconds, train_molecules = 0.0, 0
     for epoch in range(state.epoch + 1, args.epochs + 1):
-        if args.patience and state.epoch - state.best_epoch >= args.patience:
-            log.info("no better dev score for %d epochs: stopped after epoch %d", args.patience, state.epoch)
+        if state.patience_ran_out(args.patience):
             break
-        train_loader.batch_sampler.set_epoch(epoch)  # a fresh order every epoch
-        if args.augment:
-            train_loader.dataset.set_epoch(epoch)  # fresh random SMILES
-        epoch_started = time.perf_counter()
-        train_loss, molecules, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task,
-                                                             args, master_process)
-        seconds = time.perf_counter() - epoch_started
-        train_seconds, train_molecules = train_seconds + seconds, train_molecules + molecules
-        figures = dict(epoch=epoch, train_loss=train_loss, samples_per_second=molecules / seconds,
-                       lr=optimizer.param_groups[0]["lr"])
-        row = score_epoch(args, model, (dev_loader, test_loader), task, writer, figures, step_losses)
-        state.history.append(row)
-        state.epoch = epoch
-        if task.is_better(row[f"dev_{task.score_name}"], state.best_score):
-            state.best_score, state.best_epoch = row[f"dev_{task.score_name}"], epoch
-            state.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        state.seconds = time.perf_counter() - started
-        save_snapshot(snapshot_path, model=model, optimizer=optimizer, scaler=scaler, state=state,
-                      rng_states=[capture_rng()], identity=identity)
+        train_loader.sampler.set_epoch(epoch)  # a fresh order (and --augment SMILES) each epoch
+        row, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
+                                           device, master_process)
+        row["epoch"] = epoch
+        scores = [score(model, scored, task, device, data.tta) if master_process else None]
+        row.update(scores[0])
+        if master_process:
+            log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f", epoch, args.epochs,
+                     row["train_loss"], row["dev_loss"], task.score_title,
+                     row[f"dev_{task.score_name}"])
+            for i, loss in enumerate(step_losses, start=(epoch - 1) * len(step_losses) + 1):
+                writer.add_scalar("Loss/train_step", loss, i)  # every optimizer step
+            for tag, value in task.scalars(row).items():
+                writer.add_scalar(tag, value, epoch)
+        state.end_epoch(row, model, task, seconds=time.perf_counter() - started)  # keeps the best
+        rng_states = [capture_rng()]
+        if master_process:
+            save_snapshot(snapshot, state=state, rng_states=rng_states, **parts)
 
-    if not state.best_state:
-        raise PartorchError(f"no epoch gave a finite dev {task.score_title}; see {output / 'logs'}")
-    model.load_state_dict(state.best_state)
-    if master_process or args.distributed_eval:
-        _, test = evaluate(model, test_loader, task, args)
+    model.load_state_dict(state.best_weights())
     if master_process:
-        run = dict(world_size=world_size, global_batch_size=args.batch_size,
-                   per_rank_batch_size=args.batch_size // world_size,
-                   train_samples_per_second=train_molecules / max(train_seconds, 1e-9),
-                   wall_seconds=time.perf_counter() - started, seed=args.seed, max_epochs=args.epochs,
-                   patience=args.patience)
-        final = write_report(output, writer=writer, task=task, state=state, test=test, run=run,
-                             descriptions={"hparams": hparams, "task": task.to_dict(), **data.descriptions})
+        run = dict(world_size=world_size, global_batch_size=args.batch_size, seed=args.seed,
+                   per_rank_batch_size=args.batch_size // world_size, max_epochs=args.epochs,
+                   wall_seconds=time.perf_counter() - started, patience=args.patience)
+        final = write_report(output, writer=writer, task=task, state=state, run=run,
+                             test=predict(model, loaders["test"], device, data.tta),
+                             descriptions={"hparams": hparams, "task": task.to_dict(),
+                                           **data.descriptions})
         print(task.final_line(final), flush=True)
 
 
 if __name__ == "__main__":
-    run_main(main, build_parser(__doc__, DEFAULT_OUTPUT_DIR))
+    run_main(main, build_parser())

@@ -84,7 +84,7 @@ def build_parser():
     add("--num-workers", type=int, default=0, help="DataLoader worker processes")
     add("--threads", type=positive_int, help="CPU threads (default: cores / local processes)")
     distributed = parser.add_argument_group("distributed").add_argument  # DDP 1
-    distributed("--dist-timeout", type=positive_int, default=300, help="seconds for a peer")
+    distributed("--dist-timeout", type=positive_int, default=300, help="peer wait, s")  # DDP 1
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")

@@ -25,8 +25,8 @@ import pandas as pd
 import torch
 
 from partorch import PartorchError, RNNPredictor, load_model_dir, predict_smiles, run_main
-from partorch.tasks import task_from_dict
-from partorch.tokenizer import tokenizer_from_dict
+from partorch.molecules.tasks import task_from_dict
+from partorch.molecules.tokenizer import tokenizer_from_dict
 
 
 def build_model(descriptions):

@@ -11,6 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
+BENCHMARKS = ROOT / "benchmarks"
+FAULT_TOLERANT = SCRIPTS / "fault_tolerant_ddp.py"
 DDP = SCRIPTS / "basic_neural_network_ddp.py"
 SINGLE = SCRIPTS / "basic_neural_network.py"
 EXAMPLE = ROOT / "examples" / "fingerprint_mlp_ddp.py"

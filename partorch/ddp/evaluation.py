@@ -38,10 +38,14 @@ def _outputs(model, loader, device):
     return torch.cat(targets).double().numpy(), torch.cat(outputs).double().numpy()
 
 
-def score(model, loaders, task, device, tta=0):
+def score(model, loaders, task, device, tta=0, gather=None):
     """The figures of each named split in `loaders` ({"dev": loader, ...}) for an
-    epoch's row: `task.figures` of its metrics (loss, score, score per task)."""
+    epoch's row: `task.figures` of its metrics (loss, score, score per task).
+    `gather`, when each rank predicts a share, maps this rank's (targets,
+    outputs) to everyone's."""
     row = {}
     for name, loader in loaders.items():
-        row.update(task.figures(name, task.metrics(*predict(model, loader, device, tta))))
+        predictions = predict(model, loader, device, tta)
+        predictions = gather(predictions) if gather else predictions
+        row.update(task.figures(name, task.metrics(*predictions)))
     return row

@@ -20,6 +20,17 @@ def prepare_run_dir(output_dir, default_base, job_key=None):
     others (each picking its own would give a job as many folders as ranks);
     with `job_key` (torchrun's job, see `distributed.torchrun_job_key`) a
     restarted job finds its unfinished folder again."""
+    if dist.is_initialized():
+        output = _agreed_folder(output_dir, default_base, job_key)
+    else:  # one process: no one to agree with
+        output = Path(output_dir or new_version_dir(default_base))
+        ensure_writable_dir(output / "logs")
+    add_log_file(output / "logs", dist.get_rank() if dist.is_initialized() else 0)
+    log.info("writing to %s", output)
+    return output
+
+
+def _agreed_folder(output_dir, default_base, job_key):
     rank = dist.get_rank()
     if output_dir is None:
         pick = [run_or_report(lambda: new_version_dir(default_base, job_key)) if rank == 0 else None]
@@ -29,6 +40,4 @@ def prepare_run_dir(output_dir, default_base, job_key=None):
     check_on_all_ranks(lambda: ensure_writable_dir(output) if rank == 0 else None)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     check_on_all_ranks(lambda: ensure_writable_dir(output / "logs") if local_rank == 0 else None)
-    add_log_file(output / "logs", rank)
-    log.info("writing to %s", output)
     return output

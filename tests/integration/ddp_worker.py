@@ -16,16 +16,16 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1] / "scripts")]
 import basic_neural_network_ddp as ddp_script  # noqa: E402
 from helpers import synthetic_molecules  # noqa: E402
-from partorch import BinaryClassification, RNNPredictor, SmilesTokenizer, get_ddp_dataloader, run_main  # noqa: E402
-from partorch.distributed import assert_same_on_all_ranks, exit_without_teardown, rendezvous  # noqa: E402
-from partorch.flags import build_parser  # noqa: E402
+from partorch import get_ddp_dataloader, run_main  # noqa: E402
+from partorch.molecules import BinaryClassification, RNNPredictor, SmilesTokenizer, smiles_dataset  # noqa: E402
+from partorch.ddp.distributed import assert_same_on_all_ranks, exit_without_teardown, rendezvous  # noqa: E402
 
 
 def loader_for(opts):
     smiles, labels = synthetic_molecules(opts.n)
     tokenizer = SmilesTokenizer.build(smiles)
-    loader = get_ddp_dataloader(rank=dist.get_rank(), world_size=dist.get_world_size(), smiles_list=smiles,
-                                labels=labels, tokenizer=tokenizer, batch_size=opts.batch_size, shuffle=True)
+    loader = get_ddp_dataloader(smiles_dataset(smiles, labels, tokenizer), rank=dist.get_rank(),
+                                world_size=dist.get_world_size(), batch_size=opts.batch_size, shuffle=True)
     return loader, tokenizer
 
 
@@ -45,23 +45,23 @@ def uneven_training(opts):
     model = RNNPredictor(tokenizer.vocab_size, embedding_dim=8, d_model=8, num_layers=2, dropout=0.0)
     ddp_model = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    flags = argparse.Namespace(amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True,
-                               device=torch.device("cpu"))
+    flags = argparse.Namespace(amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True)
     steps = []
     for epoch in (1, 2):
         loader.batch_sampler.set_epoch(epoch)
         steps.append(len(loader))
-        loss, samples, step_losses = ddp_script.train_one_epoch(
-            ddp_model, optimizer, torch.amp.GradScaler(enabled=False), loader, BinaryClassification(["y"]), flags, False)
-    return {"steps": steps, "samples": samples, "loss": loss, "step_losses": step_losses}
+        row, step_losses = ddp_script.train_one_epoch(
+            ddp_model, optimizer, torch.amp.GradScaler(enabled=False), loader, BinaryClassification(["y"]), flags,
+            torch.device("cpu"), False)
+    return {"steps": steps, "samples": row["molecules"], "loss": row["train_loss"], "step_losses": step_losses}
 
 
 def start_up_digest(opts):
     # Each rank reads its own copy of the data: the copies differ, as they
     # would if one node had a stale file.
     flags = opts.rank1_flags if dist.get_rank() == 1 else opts.flags
-    args = build_parser("", "unused").parse_args([opts.csv.replace("RANK", str(dist.get_rank())), *flags.split()])
-    assert_same_on_all_ranks(ddp_script.build_datasets(args).digests)
+    args = ddp_script.build_parser().parse_args([opts.csv.replace("RANK", str(dist.get_rank())), *flags.split()])
+    assert_same_on_all_ranks(ddp_script.build_data(args).digests)
     return {"passed": True}
 
 

@@ -20,8 +20,8 @@ import sys
 
 import torch
 
-import partorch.evaluation
-import partorch.sampler
+import partorch.ddp.evaluation
+import partorch.ddp.sampler
 
 FAULTS = [dict(zip(("rank", "point", "epoch", "action"), spec.split(":")), number=i)
           for i, spec in enumerate(os.environ["FAULTS"].split(";"))]
@@ -88,10 +88,10 @@ def half_then_fault(obj, f, *args, **kwargs):
 
 if any(FIRED.iterdir()):
     meet("restart")
-for sampler in (partorch.sampler.LengthBucketBatchSampler, partorch.sampler.DistributedRandomBatchSampler):
+for sampler in (partorch.ddp.sampler.LengthBucketBatchSampler, partorch.ddp.sampler.DistributedRandomBatchSampler):
     patch(sampler, "set_epoch", on_epoch)
 patch(torch.amp.GradScaler, "step", on_step)
-patch(partorch.evaluation, "predict", lambda *a, **k: meet("evaluation", now["epoch"]))
+patch(partorch.ddp.evaluation, "predict", lambda *a, **k: meet("evaluation", now["epoch"]))
 torch.save = half_then_fault
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -8,9 +8,9 @@ import runpy
 import sys
 import time
 
-import partorch.evaluation
+import partorch.ddp.evaluation
 
-_predict = partorch.evaluation.predict
+_predict = partorch.ddp.evaluation.predict
 
 
 def slow_predict(*args, **kwargs):
@@ -20,6 +20,6 @@ def slow_predict(*args, **kwargs):
     return _predict(*args, **kwargs)
 
 
-partorch.evaluation.predict = slow_predict  # before the script imports it
+partorch.ddp.evaluation.predict = slow_predict  # before the script imports it
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -1,4 +1,4 @@
-"""scripts/accuracy_report.py: runs its grid for real (the forest cells: seconds
+"""benchmarks/accuracy.py: runs its grid for real (the forest cells: seconds
 each), resumes, records every run in its ledger and writes the tables from it."""
 import json
 import re
@@ -10,9 +10,9 @@ import pytest
 import pandas as pd
 from sklearn.metrics import roc_auc_score
 
-from helpers import FAST_FLAGS, ROOT, SCRIPTS, SINGLE, run_script
+from helpers import FAST_FLAGS, ROOT, BENCHMARKS, SCRIPTS, SINGLE, run_script
 
-REPORT = SCRIPTS / "accuracy_report.py"
+REPORT = BENCHMARKS / "accuracy.py"
 CELL = "BBBP/stratified_0.72-0.18-0.1"
 SCAFFOLD = "BBBP/scaffold_0.8-0.1-0.1"
 
@@ -175,7 +175,7 @@ def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledg
     """docs/accuracy.md's figures come from the ledger by its own command, not from a hand edit: the command
     named in its first lines, run with --write-only on a copy of the ledger, writes the same text again."""
     committed = (ROOT / "docs" / "accuracy.md").read_text()
-    command = committed.split("Written by `python scripts/accuracy_report.py", 1)[1].split("`", 1)[0].split()
+    command = committed.split("Written by `python benchmarks/accuracy.py", 1)[1].split("`", 1)[0].split()
     ledger, doc, empty = tmp_path / "ledger.json", tmp_path / "accuracy.md", tmp_path / "empty"
     empty.mkdir()
     shutil.copy(ROOT / "docs" / "accuracy_runs.json", ledger)

@@ -77,7 +77,7 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
 
 
 def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
-    from partorch.molecule_csv import read_molecule_csv
+    from partorch.molecules.table import read_molecule_csv
     path = tmp_path / "d.csv"
     path.write_text("smiles,p_np\nCC,1\nC(C),0\nCO,\nCN,1\nNC,1\n")  # ethane and methylamine, twice each
     raw = read_molecule_csv(path, smiles_form="raw").warnings
@@ -96,7 +96,7 @@ def test_nonsense_flags_are_rejected_by_the_parser(flags, bbbp_subset):
 
 
 def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
-    from partorch.molecule_csv import read_molecule_csv
+    from partorch.molecules.table import read_molecule_csv
     cleaned = read_molecule_csv(bbbp_path, parse=True)
     assert len(cleaned.smiles) == 2039 and "11 rows have SMILES that RDKit cannot parse" in cleaned.warnings[-1]
     assert "rows 61, 63, 393" in cleaned.warnings[-1]
@@ -133,7 +133,7 @@ def test_bf16_on_a_cpu_without_bfloat16_lstm_kernels_is_one_line(tmp_path, bbbp_
     """oneDNN's bfloat16 LSTM needs AVX-512: on an AVX2-only CPU (this project's
     development machine) --amp bf16 stops with one line on every rank; elsewhere it trains."""
     import torch
-    from partorch.rnn import lstm_runs_in_bfloat16
+    from partorch.molecules.rnn import lstm_runs_in_bfloat16
     result = run_script([DDP, bbbp_subset, "--output-dir", tmp_path / "out", *FAST_FLAGS, "--amp", "bf16"],
                         nproc=2, timeout=80)
     if lstm_runs_in_bfloat16(torch.device("cpu")):

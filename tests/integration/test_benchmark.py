@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from helpers import SCRIPTS, run_script
+from helpers import BENCHMARKS, SCRIPTS, run_script
 
 pytestmark = pytest.mark.slow
 
 
 def load_benchmark_module():
-    spec = importlib.util.spec_from_file_location("benchmark", SCRIPTS / "benchmark.py")
+    spec = importlib.util.spec_from_file_location("benchmark", BENCHMARKS / "speed.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -21,7 +21,7 @@ def load_benchmark_module():
 @pytest.mark.timeout(420)
 def test_tiny_benchmark_writes_its_report_and_plot(tmp_path, bbbp_subset):
     out = tmp_path / "docs"
-    result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "2", "--warmup", "1",
+    result = run_script([BENCHMARKS / "speed.py", "--datasets", bbbp_subset, "--steps", "2", "--warmup", "1",
                          "--reference", "--reference-steps", "1", "--max-procs", "2", "--output-dir", out], timeout=400)
     assert result.returncode == 0, result.stderr[-6000:]
     report = (out / "benchmarks.md").read_text()
@@ -45,7 +45,7 @@ def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subs
     if importlib.util.find_spec("lightning") is None:
         pytest.skip("PyTorch Lightning is not installed (the optional bench extra: pip install -e '.[bench]')")
     out = tmp_path / "docs"
-    result = run_script([SCRIPTS / "benchmark.py", "--datasets", bbbp_subset, "--steps", "1", "--warmup", "1",
+    result = run_script([BENCHMARKS / "speed.py", "--datasets", bbbp_subset, "--steps", "1", "--warmup", "1",
                          "--max-procs", "2", "--lightning", "--lightning-epochs", "2", "--output-dir", out],
                         timeout=480)
     assert result.returncode == 0, result.stderr[-6000:]
@@ -59,7 +59,7 @@ def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subs
 
 @pytest.mark.timeout(200)
 def test_tutorial_reference_trains_and_reports_a_test_auc(bbbp_subset):
-    result = run_script([SCRIPTS / "tutorial_reference.py", bbbp_subset, "--epochs", "1"], timeout=180)
+    result = run_script([BENCHMARKS / "tutorial_reference.py", bbbp_subset, "--epochs", "1"], timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     finals = [line for line in result.stdout.splitlines() if line.startswith("Final test ROC AUC: ")]
     assert len(finals) == 1 and 0.0 <= float(finals[0].split(": ")[1]) <= 1.0
@@ -67,7 +67,7 @@ def test_tutorial_reference_trains_and_reports_a_test_auc(bbbp_subset):
 
 def test_a_failed_job_stops_the_benchmark_once_with_both_ends_of_its_log(tmp_path):
     """No retry, not even after a signal: the abort that once asked for one
-    has its cause fixed (partorch.distributed.exit_without_teardown)."""
+    has its cause fixed (partorch.ddp.distributed.exit_without_teardown)."""
     benchmark = load_benchmark_module()
     counter = tmp_path / "attempts"
     code = (f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); p.write_text(p.read_text() + 'x' if p.exists() "

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import FAST_FLAGS, SCRIPTS, SINGLE, final_lines, run_script
-from partorch.chem import morgan_fingerprints, scaffold_groups
-from partorch.molecule_csv import read_molecule_csv
-from partorch.splits import split_indices
+from helpers import FAST_FLAGS, BENCHMARKS, SCRIPTS, SINGLE, final_lines, run_script
+from partorch.molecules.chem import morgan_fingerprints, scaffold_groups
+from partorch.molecules.table import read_molecule_csv
+from partorch.molecules.splits import split_indices
 
 
 def _parsed_bbbp(bbbp_path):
@@ -44,7 +44,7 @@ def test_fingerprints_are_bits_and_empty_for_unparsable():
 def test_baseline_prints_the_same_final_line_deterministically(tmp_path, bbbp_subset):
     finals = []
     for split in ("stratified", "stratified", "scaffold"):
-        result = run_script([SCRIPTS / "baseline_fingerprints.py", bbbp_subset, "--split", split, "--trees", "50",
+        result = run_script([BENCHMARKS / "baseline_fingerprints.py", bbbp_subset, "--split", split, "--trees", "50",
                              "--output-dir", tmp_path / split], timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
         finals.append(final_lines(result.stdout))
@@ -56,7 +56,7 @@ def test_network_and_forest_see_identical_splits(tmp_path, bbbp_subset):
     flags = ["--split", "scaffold_balanced", "--split-sizes", "0.8,0.1,0.1", "--seed", "5"]
     network = run_script([SINGLE, bbbp_subset, *flags, "--output-dir", tmp_path / "net", *FAST_FLAGS], timeout=200)
     assert network.returncode == 0, network.stderr[-2000:]
-    forest = run_script([SCRIPTS / "baseline_fingerprints.py", bbbp_subset, *flags, "--trees", "20",
+    forest = run_script([BENCHMARKS / "baseline_fingerprints.py", bbbp_subset, *flags, "--trees", "20",
                          "--output-dir", tmp_path / "forest"], timeout=120)
     assert forest.returncode == 0, forest.stderr[-2000:]
     saved = [json.loads((tmp_path / name / "splits.json").read_text()) for name in ("net", "forest")]
@@ -65,14 +65,14 @@ def test_network_and_forest_see_identical_splits(tmp_path, bbbp_subset):
 
 
 def test_forest_baseline_on_regression_and_several_tasks(tmp_path, esol_subset, sider_subset):
-    esol = run_script([SCRIPTS / "baseline_fingerprints.py", esol_subset, "--label-column", "logSolubility",
+    esol = run_script([BENCHMARKS / "baseline_fingerprints.py", esol_subset, "--label-column", "logSolubility",
                        "--split", "random", "--trees", "20", "--output-dir", tmp_path / "esol"], timeout=120)
     assert esol.returncode == 0, esol.stderr[-2000:]
     rmse = float(final_lines(esol.stdout, "RMSE")[0].split(": ")[1])
     metrics = json.loads((tmp_path / "esol" / "metrics.json").read_text())
     assert metrics["task"] == "regression" and metrics["test_rmse"] == pytest.approx(rmse, abs=1e-4) and rmse < 2.1
     columns = list(pd.read_csv(sider_subset).columns[1:])
-    sider = run_script([SCRIPTS / "baseline_fingerprints.py", sider_subset, "--label-column", ",".join(columns),
+    sider = run_script([BENCHMARKS / "baseline_fingerprints.py", sider_subset, "--label-column", ",".join(columns),
                         "--trees", "20", "--output-dir", tmp_path / "sider"], timeout=120)
     assert sider.returncode == 0, sider.stderr[-2000:]
     per_task = json.loads((tmp_path / "sider" / "metrics.json").read_text())["test_metrics"]["per_task"]
@@ -84,11 +84,11 @@ def test_forest_baseline_on_regression_and_several_tasks(tmp_path, esol_subset, 
 def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_the_shard(bbbp_path,
                                                                                            monkeypatch):
     from rdkit import Chem
-    import partorch.datasets
-    from partorch.chem import augmentation_vocabulary_strings
-    from partorch.datasets import AugmentedSmilesDataset
-    from partorch.loaders import get_ddp_dataloader
-    from partorch.tokenizer import SmilesTokenizer
+    import partorch.molecules.datasets
+    from partorch.molecules.chem import augmentation_vocabulary_strings
+    from partorch.molecules.datasets import AugmentedSmilesDataset
+    from partorch.ddp.loaders import get_ddp_dataloader
+    from partorch.molecules.tokenizer import SmilesTokenizer
     smiles = _parsed_bbbp(bbbp_path).smiles[:200]
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     whole = AugmentedSmilesDataset(smiles, np.zeros(200), tokenizer, seed=7)
@@ -109,8 +109,8 @@ def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_
     assert strings(whole, range(200)) == smiles
     # a rank rewrites only the molecules of its shard: the cost divides by the world size
     calls = []
-    real = partorch.datasets.random_smiles
-    monkeypatch.setattr(partorch.datasets, "random_smiles", lambda s, rng: calls.append(len(s)) or real(s, rng))
+    real = partorch.molecules.datasets.random_smiles
+    monkeypatch.setattr(partorch.molecules.datasets, "random_smiles", lambda s, rng: calls.append(len(s)) or real(s, rng))
     loader = get_ddp_dataloader(rank=1, world_size=2, dataset=whole, batch_size=32, shuffle=True, seed=7)
     loader.batch_sampler.set_epoch(5)
     whole.set_epoch(5)
@@ -119,8 +119,8 @@ def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_
 
 
 def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
-    from partorch.chem import augmentation_vocabulary_strings, random_smiles
-    from partorch.tokenizer import SmilesTokenizer
+    from partorch.molecules.chem import augmentation_vocabulary_strings, random_smiles
+    from partorch.molecules.tokenizer import SmilesTokenizer
     smiles = read_molecule_csv(bbbp_path).smiles
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     unknown = tokenizer.token_to_id["<unk>"]

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from helpers import DDP, FAST_FLAGS, ROOT, error_lines, final_lines, free_port, our_traceback, run_command, with_flag
-from partorch.checkpoint import load_state
+from partorch.ddp.checkpoint import load_state
 
 pytestmark = pytest.mark.faults
 INJECT = ROOT / "tests" / "integration" / "inject_faults.py"

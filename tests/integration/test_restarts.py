@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from helpers import DDP, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, error_lines, free_port, run_script, with_flag
-from partorch.checkpoint import load_model_dir, load_state
-from partorch.evaluation import predict_smiles
+from partorch.ddp.checkpoint import load_model_dir, load_state
+from partorch.molecules.inference import predict_smiles
 
 
 def _metrics(out):
@@ -140,7 +140,7 @@ def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     assert list(predicted["smiles"]) == list(molecules["smiles"])
     model, descriptions = load_model_dir(out, lambda d: __import__("partorch").RNNPredictor(**d["hparams"]["model"]))
     assert descriptions["hparams"]["smiles_form"] == "canonical"
-    from partorch.tokenizer import tokenizer_from_dict
+    from partorch.molecules.tokenizer import tokenizer_from_dict
     tokenizer = tokenizer_from_dict(descriptions["tokenizer"])
     with torch.no_grad():
         for i in (0, 1, 17, 39):  # the model reads what it was trained on: canonical SMILES

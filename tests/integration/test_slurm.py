@@ -122,8 +122,9 @@ def test_print_only(fake_slurm, sbatch, gpus, cpus, nproc_env, nproc):
     from torch.distributed.run import get_args_parser
     torchrun_args = get_args_parser().parse_args(command[1:])
     assert Path(torchrun_args.training_script).name == "basic_neural_network_ddp.py"
-    from partorch.flags import build_parser
-    script_args = build_parser("", "x").parse_args(torchrun_args.training_script_args)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from basic_neural_network_ddp import build_parser
+    script_args = build_parser().parse_args(torchrun_args.training_script_args)
     assert script_args.dataset == "data/HIV.csv" and script_args.label_column == ["HIV_active"]
 
 

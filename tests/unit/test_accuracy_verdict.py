@@ -4,12 +4,12 @@ import importlib.util
 
 import pytest
 
-from helpers import SCRIPTS
+from helpers import BENCHMARKS, SCRIPTS
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("accuracy_report", SCRIPTS / "accuracy_report.py")
+    spec = importlib.util.spec_from_file_location("accuracy_report", BENCHMARKS / "accuracy.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from partorch.checkpoint import (CheckpointError, TrainingState, atomic_torch_save, capture_rng, load_model_dir,
+from partorch.ddp.checkpoint import (CheckpointError, TrainingState, atomic_torch_save, capture_rng, load_model_dir,
                                  load_state, new_version_dir, restore_snapshot, save_model_dir, save_snapshot)
 
 
@@ -186,7 +186,7 @@ def test_snapshots_keep_the_umask_s_mode_fsync_their_folder_and_clear_stale_temp
     assert not stale.exists() and other.exists()
     # the mode: the umask the process started with (read once, at import), not mkstemp's 0600
     written = tmp_path / "umask027.pt"
-    code = ("import os; os.umask(0o027); from partorch.checkpoint import atomic_torch_save; "
+    code = ("import os; os.umask(0o027); from partorch.ddp.checkpoint import atomic_torch_save; "
             f"atomic_torch_save({{}}, {str(written)!r})")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert stat.S_IMODE(written.stat().st_mode) == 0o640

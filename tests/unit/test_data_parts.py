@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from partorch.datasets import Batch, FeatureDataset, collate_token_ids
-from partorch.loaders import get_dataloader, get_ddp_dataloader
-from partorch.molecule_csv import DataError, read_molecule_csv, resolve_columns
-from partorch.sampler import LengthBucketBatchSampler
-from partorch.splits import split_indices
-from partorch.tokenizer import SmilesTokenizer
+from partorch.ddp.data import Batch, FeatureDataset
+from partorch.molecules.datasets import collate_token_ids, smiles_dataset
+from partorch.ddp.loaders import get_dataloader, get_ddp_dataloader
+from partorch.molecules.table import DataError, read_molecule_csv, resolve_columns
+from partorch.ddp.sampler import LengthBucketBatchSampler
+from partorch.molecules.splits import split_indices
+from partorch.molecules.tokenizer import SmilesTokenizer
 
 
 def test_the_shipped_bbbp_is_the_moleculenet_file(bbbp_path):
@@ -147,36 +148,36 @@ def test_fewer_training_molecules_than_processes_is_refused():
 
 
 @pytest.mark.parametrize("sampler", ["bucket", "random"])
-def test_loaders_take_the_tutorials_keywords_and_split_the_global_batch(sampler):
+def test_loaders_split_the_global_batch_and_set_epoch_through_their_sampler(sampler):
     smiles = ["C" * (1 + i % 9) + "O" for i in range(100)]
     labels = np.arange(100) % 2
-    tokenizer = SmilesTokenizer.build(smiles)
-    keywords = dict(smiles_list=smiles, labels=labels, tokenizer=tokenizer, batch_size=20, shuffle=True,
-                    num_workers=0, indices=np.arange(100), sampler=sampler)
-    single = get_dataloader(**keywords)
-    shard = get_ddp_dataloader(rank=1, world_size=2, **keywords)
+    dataset = smiles_dataset(smiles, labels, SmilesTokenizer.build(smiles), np.arange(100))
+    keywords = dict(batch_size=20, shuffle=True, num_workers=0, sampler=sampler)
+    single = get_dataloader(dataset, **keywords)
+    shard = get_ddp_dataloader(dataset, rank=1, world_size=2, **keywords)
     assert max(len(b) for b in single) == 20 and max(len(b) for b in shard) == 10
     assert len(single) == len(shard) == 5
+    first = [b.targets.tolist() for b in shard]
+    shard.sampler.set_epoch(1)  # the DistributedSampler idiom reaches partorch's batch sampler
+    assert [b.targets.tolist() for b in shard] != first
 
 
 def test_a_ready_dataset_without_lengths_is_batched_and_sharded():
     features, labels = torch.randn(30, 7), torch.randn(30)
     dataset = FeatureDataset(features, labels)
-    shards = [get_ddp_dataloader(rank=r, world_size=3, dataset=dataset, batch_size=6, shuffle=True, seed=1)
+    shards = [get_ddp_dataloader(dataset, rank=r, world_size=3, batch_size=6, shuffle=True, seed=1)
               for r in range(3)]
     batches = [list(loader) for loader in shards]
     assert len({len(b) for b in batches}) == 1  # the same number of steps on every rank
     seen = torch.cat([b.inputs[0] for rank in batches for b in rank])
     assert sorted(seen[:, 0].tolist()) == sorted(features[:, 0].tolist())  # each item once
     assert batches[0][0].targets.shape == (2, 1)
-    with pytest.raises(TypeError, match="not both"):
-        get_dataloader(dataset=dataset, batch_size=6, smiles_list=["C"])
 
 
 def test_a_pass_over_a_loader_leaves_torchs_random_stream_alone():
     """Scoring dev or test must not shift the training's dropout masks."""
     dataset = FeatureDataset(torch.randn(10, 3), torch.ones(10, 1))
-    loader = get_dataloader(dataset=dataset, batch_size=4)
+    loader = get_dataloader(dataset, batch_size=4)
     torch.manual_seed(0)
     before = torch.get_rng_state()
     assert sum(len(batch) for batch in loader) == 10

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from partorch.distributed import _agree_on_attempt
+from partorch.ddp.distributed import _agree_on_attempt
 
 TIMEOUT = timedelta(seconds=20)
 
@@ -52,7 +52,7 @@ def test_keys_a_dead_attempt_left_behind_cannot_fool_a_rank():
 
 
 def test_a_restart_keeps_the_jobs_name_and_gets_a_new_attempt(monkeypatch):
-    from partorch import distributed
+    from partorch.ddp import distributed
     monkeypatch.setattr(distributed, "_job", None)  # restored after the test
     server = _server()
     for name, value in dict(WORLD_SIZE="1", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port),
@@ -70,7 +70,7 @@ def test_a_restart_keeps_the_jobs_name_and_gets_a_new_attempt(monkeypatch):
 
 
 def test_without_a_name_for_the_job_a_restart_is_told_by_this_nodes_count(monkeypatch):
-    from partorch import distributed
+    from partorch.ddp import distributed
     monkeypatch.setattr(distributed, "_job", None)  # e.g. TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, no --rdzv-id
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
     assert not distributed.is_restart_of(None)
@@ -81,8 +81,8 @@ def test_without_a_name_for_the_job_a_restart_is_told_by_this_nodes_count(monkey
 
 
 def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypatch):
-    import partorch.distributed as distributed
-    from partorch.errors import (PartorchError, UnexpectedError, UnexpectedFailure, raise_if_failed,
+    import partorch.ddp.distributed as distributed
+    from partorch.ddp.errors import (PartorchError, UnexpectedError, UnexpectedFailure, raise_if_failed,
                                  run_or_report)
     store = dist.HashStore()
     monkeypatch.setattr(distributed, "_store", store)
@@ -103,7 +103,7 @@ def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypat
 
 def test_exit_without_teardown_flushes_output_and_skips_the_interpreters_teardown():
     code = ("import atexit, sys\n"
-            "from partorch.distributed import exit_without_teardown\n"
+            "from partorch.ddp.distributed import exit_without_teardown\n"
             "atexit.register(print, 'teardown ran')\n"
             "print('result', end='')\n"
             "sys.stderr.write('note')\n"

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from partorch.datasets import collate_token_ids
-from partorch.rnn import RNNPredictor, reverse_each
+from partorch.molecules.datasets import collate_token_ids
+from partorch.molecules.rnn import RNNPredictor, reverse_each
 
 
 def _batch(lengths, vocab=20, seed=0):
@@ -126,7 +126,7 @@ def test_a_model_saved_with_one_lstm_per_layer_and_direction_still_loads():
 
 def test_the_bf16_probe_leaves_the_seeded_stream_alone():
     """It runs inside build_model, after the seed and before the model's initial weights."""
-    from partorch.rnn import lstm_runs_in_bfloat16
+    from partorch.molecules.rnn import lstm_runs_in_bfloat16
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)

@@ -3,10 +3,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partorch.chem import canonical_smiles, scaffold_groups
-from partorch.molecule_csv import DataError, read_molecule_csv
-from partorch.splits import describe_split, parse_sizes, split_indices
-from partorch.tasks import BinaryClassification, Regression
+from partorch.molecules.chem import canonical_smiles, scaffold_groups
+from partorch.molecules.table import DataError, read_molecule_csv
+from partorch.molecules.splits import describe_split, parse_sizes, split_indices
+from partorch.molecules.tasks import BinaryClassification, Regression
 
 
 def test_canonical_smiles_removes_the_writing_style():

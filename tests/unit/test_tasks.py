@@ -6,9 +6,9 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from partorch.molecule_csv import DataError, MoleculeTable
-from partorch.splits import Splits
-from partorch.tasks import BinaryClassification, Regression, build_task, choose_task_kind, task_from_dict
+from partorch.molecules.table import DataError, MoleculeTable
+from partorch.molecules.splits import Splits
+from partorch.molecules.tasks import BinaryClassification, Regression, build_task, choose_task_kind, task_from_dict
 
 NAN = float("nan")
 

@@ -1,6 +1,6 @@
 import pytest
 
-from partorch.tokenizer import (BytesTokenizer, SmilesTokenizer, TokenizerError, load_tokenizer,
+from partorch.molecules.tokenizer import (BytesTokenizer, SmilesTokenizer, TokenizerError, load_tokenizer,
                                 save_tokenizer, split_smiles)
 
 

@@ -1,10 +1,13 @@
-"""The scripts people copy: the twins differ only where DDP does, the DDP
-script shows every step itself, and the example differs from it only in the
-marked place where users plug in their own data, model and task."""
+"""The ladder people copy: each rung differs from the one below only in its
+lesson's marked lines (`# DDP n` from one process to DDP, `# FT n` from DDP to
+fault tolerance), the DDP script shows every step itself, and the example
+differs from it only in the marked place where users plug in their own data,
+model and task."""
+import ast
 import difflib
 import re
 
-from helpers import DDP, EXAMPLE, SINGLE
+from helpers import DDP, EXAMPLE, FAULT_TOLERANT, SINGLE
 
 DDP_CALLS = ["init_process_group", "set_epoch", "DistributedDataParallel(", "no_sync", "all_reduce", "broadcast",
              "add_scalar", "destroy_process_group", "barrier", "all_gather_object"]
@@ -22,15 +25,16 @@ def _indent(line):
     return len(line) - len(line.lstrip())
 
 
-def _marked(line):
-    return "ddp" in line.lower() or "dist." in line
+MARK = {"DDP": lambda line: "ddp" in line.lower() or "dist." in line, "FT": lambda line: "# FT" in line}
+_marked = MARK["DDP"]
 
 
-def covered_lines(lines):
+def covered_lines(lines, marked=None):
     """Which lines of a script a DDP mark covers: a line that mentions DDP
     (or calls torch.distributed), the lines indented under it (its
     continuation and body), and the paragraph after a `# DDP` comment (until
     a blank line or a dedent)."""
+    marked = marked or _marked
     covered, comment_indent, code_indent = [False] * len(lines), None, None
     for i, line in enumerate(lines):
         stripped, indent = line.strip(), _indent(line)
@@ -41,7 +45,7 @@ def covered_lines(lines):
             comment_indent = None
         if code_indent is not None and indent <= code_indent:
             code_indent = None
-        if _marked(line):
+        if marked(line):
             covered[i] = True
             if stripped.startswith("#"):
                 comment_indent = indent
@@ -57,22 +61,44 @@ def without_docstring(text):
     return '""""""' + text.split('"""', 2)[2]
 
 
-def unmarked_changes(single, ddp):
-    """Lines that differ between the twins (below their docstrings) and that no DDP mark covers."""
+def unmarked_changes(single, ddp, kind="DDP"):
+    """Lines that differ between two neighbouring rungs (below their docstrings) and that
+    no mark of the upper rung's lesson covers."""
     single, ddp = without_docstring(single), without_docstring(ddp)
     ddp_lines = ddp.splitlines()
-    covered = covered_lines(ddp_lines)
+    covered = covered_lines(ddp_lines, MARK[kind])
     unmarked = []
     for old, new, _, (j1, j2) in hunks(single, ddp):
-        if not new and not any(_marked(line) for line in old):
-            unmarked += [f"only in {SINGLE.name}: {line}" for line in old]
-        unmarked += [f"{DDP.name}:{j + 1}: {ddp_lines[j]}" for j in range(j1, j2)
+        if not new and not any(MARK[kind](line) for line in old):
+            unmarked += [f"only in the lower rung: {line}" for line in old]
+        unmarked += [f"upper rung:{j + 1}: {ddp_lines[j]}" for j in range(j1, j2)
                      if ddp_lines[j].strip() and not covered[j]]
     return unmarked
 
 
 def test_the_twins_differ_only_in_ddp_steps():
     assert unmarked_changes(SINGLE.read_text(), DDP.read_text()) == []
+
+
+def test_the_fault_tolerant_rung_differs_from_the_ddp_rung_only_in_ft_lines():
+    ddp, ft = DDP.read_text(), FAULT_TOLERANT.read_text()
+    assert unmarked_changes(ddp, ft, "FT") == []
+    steps = sorted({int(n) for n in re.findall(r"# FT (\d)\b", ft)})
+    assert steps == list(range(1, 8))
+    loop_line = "        state.end_epoch(row, model, task, seconds=time.perf_counter() - started)"
+    assert loop_line in ft
+    assert unmarked_changes(ddp, ft.replace(loop_line, loop_line + "  # changed"), "FT")
+
+
+def test_the_ddp_script_reads_in_one_sitting_and_imports_few_partorch_names():
+    text = DDP.read_text()
+    assert len(text.splitlines()) <= 230
+    names = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] == "partorch":
+            names += [alias.name for alias in node.names]
+            assert node.module in ("partorch", "partorch.molecules"), node.module
+    assert len(names) <= 15, names
 
 
 def test_a_change_landing_in_one_twin_only_is_caught():
@@ -100,8 +126,7 @@ def test_the_ddp_script_makes_every_ddp_call_itself_and_numbers_its_steps():
     for call in ("init_process_group", "DistributedDataParallel(", "no_sync", "all_reduce", "broadcast", "barrier"):
         assert call not in single_code, call
     steps = sorted({int(n) for n in re.findall(r"# DDP (\d)\b", text)})
-    assert steps == list(range(1, 10))
-    assert len(text.splitlines()) <= 360  # readable in one sitting
+    assert steps == list(range(1, 9))
 
 
 def _region(lines, start_marker, end_marker):
@@ -132,6 +157,6 @@ def test_the_example_changes_only_the_marked_place_of_the_ddp_script():
     assert hunks(ddp, example)  # it is adapted...
     assert changes_outside_the_marked_places(ddp, example) == []  # ...only where the script says to
     # an edit to the loop, outside the marked place, is caught
-    loop_line = "        state.history.append(row)"
+    loop_line = "        row.update(scores[0])"
     assert loop_line in example
     assert changes_outside_the_marked_places(ddp, example.replace(loop_line, loop_line + "  # changed"))

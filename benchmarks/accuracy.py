@@ -1,11 +1,11 @@
 """Regenerate docs/accuracy.md: the network against a random forest on Morgan
 fingerprints, on identical splits, over seeds, for each data set and split.
 
-    python scripts/accuracy_report.py                 # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes here
-    python scripts/accuracy_report.py --datasets BBBP HIV SIDER ESOL Lipophilicity
-    python scripts/accuracy_report.py --list          # the runs, and which are done
-    python scripts/accuracy_report.py --write-only    # the tables from the runs done so far
-    python scripts/accuracy_report.py --recipes augment --only scaffold_0.8   # a heavier network recipe, too
+    python benchmarks/accuracy.py                 # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes here
+    python benchmarks/accuracy.py --datasets BBBP HIV SIDER ESOL Lipophilicity
+    python benchmarks/accuracy.py --list          # the runs, and which are done
+    python benchmarks/accuracy.py --write-only    # the tables from the runs done so far
+    python benchmarks/accuracy.py --recipes augment --only scaffold_0.8   # a heavier network recipe, too
 
 Every run writes its own folder under --runs (runs/accuracy/DATASET/SPLIT_SIZES/
 MODEL_FORM[_RECIPE]/seed_N); what it scored is copied into the ledger,
@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from partorch import PartorchError
-from partorch.tasks import task_from_dict
+from partorch.molecules.tasks import task_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1729, 1, 2, 3, 4)
@@ -561,7 +561,7 @@ of recipe is made on), "minutes per run" the median over the seeds on this 2-cor
 - **network**: `scripts/basic_neural_network_ddp.py` with its default settings on
   {processes} processes (`torchrun --nproc-per-node {processes}`): at most 30 epochs, stopping
   after 10 without a better dev score, the best dev epoch's weights scored on test.{recipes}
-- **forest**: `scripts/baseline_fingerprints.py`: 500 trees on 2048-bit Morgan
+- **forest**: `benchmarks/baseline_fingerprints.py`: 500 trees on 2048-bit Morgan
   fingerprints of radius 2, one forest per label column.
 - **SMILES**: RDKit canonical (the scripts' default); rows RDKit cannot parse
   are dropped (11 in BBBP). Both models see the same molecules and, for each
@@ -583,7 +583,7 @@ of recipe is made on), "minutes per run" the median over the seeds on this 2-cor
 
 
 def write_report(runs, placed, ledger, args):
-    command = f"python scripts/accuracy_report.py --datasets {' '.join(args.datasets)} " \
+    command = f"python benchmarks/accuracy.py --datasets {' '.join(args.datasets)} " \
               f"--seeds {' '.join(map(str, args.seeds))}" + \
               (f" --recipes {' '.join(args.recipes)}" if args.recipes else "")
     recipes = "".join(f"\n  - **network, {name}**: the defaults plus `{' '.join(RECIPES[name])}`"

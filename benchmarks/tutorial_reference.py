@@ -1,7 +1,7 @@
 """The workshop tutorial's data path and loop, rebuilt to be measured
 against, not to train with: `benchmark.py --reference` times it, and
 
-    python scripts/tutorial_reference.py dataset/BBBP.csv --epochs 10 --seed 1729
+    python benchmarks/tutorial_reference.py dataset/BBBP.csv --epochs 10 --seed 1729
 
 trains with it for a fixed number of epochs and prints its test ROC AUC, to
 compare with `basic_neural_network.py --epochs 10 --patience 0` at equal epochs.

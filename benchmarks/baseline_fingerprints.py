@@ -2,9 +2,9 @@
 fingerprints, with the same molecules, labels, splits and seeds as the
 network (the same flags mean the same thing here).
 
-    python scripts/baseline_fingerprints.py dataset/BBBP.csv
-    python scripts/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --split-sizes 0.8,0.1,0.1
-    python scripts/baseline_fingerprints.py dataset/ESOL.csv --label-column "measured log solubility in mols per litre"
+    python benchmarks/baseline_fingerprints.py dataset/BBBP.csv
+    python benchmarks/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --split-sizes 0.8,0.1,0.1
+    python benchmarks/baseline_fingerprints.py dataset/ESOL.csv --label-column "measured log solubility in mols per litre"
 
 Each label column gets its own forest (a classifier for 0/1 labels, a
 regressor otherwise), fitted on the training molecules that have that label.
@@ -21,11 +21,11 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
 from partorch import read_molecule_csv, run_main
-from partorch.checkpoint import atomic_write_json, ensure_writable_dir
-from partorch.chem import morgan_fingerprints
-from partorch.flags import add_molecule_flags
-from partorch.splits import describe_split, split_molecules
-from partorch.tasks import build_task, choose_task_kind
+from partorch.ddp.checkpoint import atomic_write_json, ensure_writable_dir
+from partorch.molecules.chem import morgan_fingerprints
+from partorch.molecules.flags import add_split_flags
+from partorch.molecules.splits import describe_split, split_molecules
+from partorch.molecules.tasks import build_task, choose_task_kind
 
 
 def forest_predictions(features, labels, train, kind, args):
@@ -77,8 +77,9 @@ def main(args):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dataset")
-    add_molecule_flags(parser.add_argument)
+    add_split_flags(parser)
+    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1729,
+                        help="seed of the split and the forest (default: %(default)s)")
     parser.add_argument("--trees", type=int, default=500, help="(default: %(default)s)")
     parser.add_argument("--radius", type=int, default=2, help="Morgan radius (default: %(default)s)")
     parser.add_argument("--bits", type=int, default=2048, help="fingerprint length (default: %(default)s)")

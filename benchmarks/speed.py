@@ -1,8 +1,8 @@
 """Training throughput on this machine: partorch against the tutorial's loop,
 against PyTorch Lightning, and against itself on 1, 2, ... processes.
 
-    python scripts/benchmark.py --reference --lightning          # BBBP and HIV, writes docs/benchmarks.md
-    python scripts/benchmark.py --datasets my.csv --label-column y --steps 10
+    python benchmarks/speed.py --reference --lightning          # BBBP and HIV, writes docs/benchmarks.md
+    python benchmarks/speed.py --datasets my.csv --label-column y --steps 10
 
 For each data set it launches, via torchrun, a fixed number of training steps
 of the default model on 1 process with all cores, then 1, 2, ... processes of
@@ -61,7 +61,7 @@ def matmul_peak(threads, size=1024, repeats=20):
 # ---------------------------------------------------------------- worker side
 def worker(args):
     import torch.distributed as dist
-    from partorch.distributed import exit_without_teardown, rendezvous
+    from partorch.ddp.distributed import exit_without_teardown, rendezvous
 
     timeout = timedelta(seconds=300)
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout, **rendezvous(timeout))
@@ -74,7 +74,7 @@ def worker(args):
 
 def measure(args, rank, world_size):
     from partorch import SmilesTokenizer, read_molecule_csv, split_indices
-    from partorch.distributed import all_gather_object
+    from partorch.ddp.distributed import all_gather_object
 
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else \
         torch.device("cpu")
@@ -216,7 +216,7 @@ def run_job(command, env):
 
 
 def against_lightning(args, dataset, procs):
-    """Lightning's DDP (scripts/lightning_reference.py) and partorch's DDP
+    """Lightning's DDP (benchmarks/lightning_reference.py) and partorch's DDP
     script: same model, split, global batch, epochs and processes of one thread."""
     path, smiles_column, label_column = dataset
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -339,7 +339,7 @@ def lightning_report(comparison, results, batch_size, target=0.90):
              f"Whole epochs: {epochs} of each, {procs} processes x 1 thread, global batch {batch_size}, the default "
              "model, split (stratified, seed 1729) and AdamW; test ROC AUC of the best dev epoch. Lightning as its "
              "documentation shows DDP: a LightningModule, plain `DataLoader`s (random batches, each molecule "
-             "tokenized when read), `Trainer(strategy=\"ddp\")` (`scripts/lightning_reference.py`).", "",
+             "tokenized when read), `Trainer(strategy=\"ddp\")` (`benchmarks/lightning_reference.py`).", "",
              f"| loop | training samples/s | test ROC AUC | training s to dev ROC AUC {target:.2f} | vs Lightning |",
              "|---|---|---|---|---|"]
     base = comparison["lightning"]["samples_per_second"]
@@ -429,7 +429,7 @@ def main():
     lightning = against_lightning(args, datasets[0], args.max_procs) if args.lightning else None
     output = Path(args.output_dir)
     output.mkdir(parents=True, exist_ok=True)
-    command = "python scripts/benchmark.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/speed.py " + " ".join(sys.argv[1:])
     (output / "benchmarks.md").write_text(markdown_report(results, peaks, args, command)
                                           + lightning_report(lightning, results, args.batch_size)
                                           + "\n![scaling](benchmark_scaling.png)\n")

@@ -1,0 +1,264 @@
+"""Train a SMILES recurrent network with DDP, for long jobs across nodes.
+
+    torchrun --nnodes 2 --nproc-per-node 4 --max-restarts 3 --rdzv-backend c10d \
+        --rdzv-endpoint HOST:29500 --rdzv-id JOB scripts/fault_tolerant_ddp.py dataset/BBBP.csv
+
+This is scripts/basic_neural_network_ddp.py plus what a long multi-node job
+needs, every added line marked `# FT n` (`diff` the two):
+  1. restarts across nodes: each attempt of the job meets under a store prefix of its
+     own, agreed by all ranks, and the job has a name its restarts share
+  2. bad input is remembered in torchrun's store, so its restarts stop at once
+  3. the version folder and the snapshot name the job: its restarts find them again
+  4. every rank checks that all built the same molecules, split and vocabulary
+  5. rank 0 may score dev for longer than --dist-timeout: the others wait on its heartbeat
+  6. a failure on one rank (scoring, writing a snapshot) reaches every rank as one line
+  7. --distributed-eval: every rank scores a share of dev and test
+"""
+
+from contextlib import nullcontext  # DDP 4
+from datetime import timedelta  # DDP 1
+from functools import partial  # FT 5
+import logging
+import os  # DDP 1
+import time
+
+import numpy as np  # FT 7
+import torch
+import torch.distributed as dist  # DDP 1
+from torch.nn.parallel import DistributedDataParallel  # DDP 3
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
+from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
+from partorch import setup_logging, write_report
+from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
+from partorch.ddp.distributed import remember_failure, rendezvous, torchrun_job_key  # FT 1
+from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 2
+
+DEFAULT_OUTPUT_DIR = "runs/ft"  # FT 3: runs/ft/version_N, found again by a restart
+# How or where a run executes, not what it computes: a snapshot may go on with other values
+RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
+RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
+RUN_ONLY |= {"distributed_eval"}  # FT 7
+log = logging.getLogger("partorch")
+
+# ============================ ADAPT: your data, model and task ============================
+from partorch.molecules import RNNPredictor, add_molecule_flags, molecule_data  # noqa: E402
+
+
+add_data_and_model_flags = add_molecule_flags  # (data group, model group): your flags
+
+
+def build_data(args):
+    """Your data and its task, as a partorch.TrainingData (datasets, task, what to save)."""
+    return molecule_data(
+        args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
+        task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
+        split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
+        tokenizer=args.tokenizer, augment=args.augment, tta=args.tta,
+        class_weight=args.class_weight)
+
+
+def build_model(args, data, device):
+    """Your model (forward: a batch's inputs -> [batch, tasks]) and its arguments, saved."""
+    RNNPredictor.check_amp(args.amp, device)
+    hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
+                   d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
+                   bidirectional=args.bidirectional, num_outputs=len(data.task.columns))
+    return RNNPredictor(**hparams).to(device), hparams
+# ========================================= END ADAPT =========================================
+
+
+def build_parser():
+    parser = FlagParser(__doc__)
+    groups = map(parser.add_argument_group, ("data", "model", "training", "output"))
+    data, model, training, output = groups
+    add_data_and_model_flags(data, model)
+    positive_int, add = FlagParser.positive(int), training.add_argument
+    add("--epochs", type=positive_int, default=30, help="maximum epochs")
+    add("--patience", type=int, default=10, help="epochs without a better dev score; 0: no limit")
+    add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
+    add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
+    add("--weight-decay", type=float, default=1e-4, help="AdamW weight decay")
+    add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
+    add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
+    add("--random-seed", "--seed", dest="seed", type=int, default=1729, help="seed of it all")
+    add("--sampler", choices=["bucket", "random"], default="bucket", help="batches by length")
+    add("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    add("--threads", type=positive_int, help="CPU threads (default: cores / local processes)")
+    distributed = parser.add_argument_group("distributed").add_argument  # DDP 1
+    distributed("--dist-timeout", type=positive_int, default=300, help="peer wait, s")  # DDP 1
+    distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
+    distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 7
+    add = output.add_argument
+    add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
+    add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")
+    add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
+    add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
+    return parser
+
+
+def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master_process):
+    """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
+    started = time.perf_counter()
+    model.train()
+    world_size = dist.get_world_size()  # DDP 5
+    amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
+    # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
+    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process or None)
+    for batch in loader:
+        optimizer.zero_grad(set_to_none=True)
+        pieces = batch.to(device).split(args.accumulate)
+        step_loss = torch.zeros((), device=device)
+        # DDP 4: backward() all-reduces gradients; no_sync skips that for all but the last piece
+        for i, piece in enumerate(pieces):
+            with model.no_sync() if i < len(pieces) - 1 else nullcontext():
+                with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+                    loss = task.loss(model(*piece.inputs).float(), piece.targets)
+                # the batch's mean loss (a sum / the batch); DDP averages the ranks' gradients
+                scaler.scale(loss / (args.batch_size // world_size)).backward()
+            step_loss += loss.detach()
+        scaler.step(optimizer)
+        scaler.update()
+        steps.append(torch.stack([step_loss, torch.tensor(len(batch), device=device).float()]))
+        bar.update(len(batch) * world_size)
+    bar.close()
+    totals = torch.stack(steps, dim=1)
+    # DDP 5: summed over ranks once an epoch, so the logged loss covers every rank's molecules
+    dist.all_reduce(totals)
+    loss_sum, molecules = totals.sum(dim=1).tolist()
+    seconds = time.perf_counter() - started
+    row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
+               samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
+    return row, (totals[0] / totals[1]).tolist()
+
+
+def gathered(predictions):  # FT 7: --distributed-eval
+    """Every rank's (targets, outputs) share, concatenated, on every rank."""
+    shares = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, predictions)
+    return tuple(np.concatenate([s[i] for s in shares if len(s[i])]) for i in (0, 1))
+
+
+def main(args):
+    # DDP 1: join the process group: torchrun starts a process per CPU share or GPU and sets RANK,
+    # LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT for init_process_group; plain python: a group of one
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # DDP 1: one GPU per local rank
+    alone = {} if "RANK" in os.environ else dict(store=dist.HashStore(), rank=0, world_size=1)
+    timeout = timedelta(seconds=args.dist_timeout)  # a dead or silent peer fails a collective
+    # FT 1: under torchrun, a store prefix per attempt (a restart never dials the dead group)
+    alone = alone or rendezvous(timeout)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout, **alone)
+    try:
+        train(args, device)
+    except PartorchError as exc:  # FT 2: bad input: torchrun would retry it --max-restarts times
+        remember_failure(exc)
+        raise
+    finally:
+        dist.destroy_process_group()  # DDP 8: on every way out, errors included
+
+
+def train(args, device):
+    started = time.perf_counter()
+    rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP 1
+    master_process = rank == 0  # it alone prints, evaluates and writes files
+    setup_logging(rank, args.quiet)
+    set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP 1: per host
+    torch.manual_seed(args.seed)  # the same initial weights everywhere
+    data = build_data(args)  # the same on every rank: same file, flags and seed
+    task = data.task
+    for warning in data.warnings if master_process else []:
+        log.warning("warning: %s", warning)
+    # FT 4: a stale copy of the file on one node would otherwise train without a word
+    assert_same_on_all_ranks(data.digests)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, torchrun_job_key())  # FT 3
+    # DDP 2: every rank draws the same global batches from (seed, epoch) and keeps its slice
+    train_loader = get_ddp_dataloader(data.train, rank=rank, world_size=world_size, shuffle=True,
+                                      batch_size=args.batch_size, seed=args.seed,
+                                      num_workers=args.num_workers, sampler=args.sampler)
+    # DDP 6: rank 0 scores dev and test alone: its loaders hold the whole splits
+    # FT 7: unless --distributed-eval shares them out
+    shares = (rank, world_size) if args.distributed_eval else (0, 1)
+    loaders = {name: get_ddp_dataloader(split, rank=shares[0], world_size=shares[1],
+                                        batch_size=args.batch_size)  # FT 7
+               for name, split in (("dev", data.dev), ("test", data.test))}
+    scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
+    model, model_hparams = build_model(args, data, device)
+    # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()
+    device_ids = [device] if device.type == "cuda" else None
+    ddp_model = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=args.bucket_mb,
+                                        gradient_as_bucket_view=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
+    scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
+    writer = SummaryWriter(output) if master_process else None  # DDP 6: one writer for the job
+    hparams = {**{k: v for k, v in vars(args).items() if k not in RUN_ONLY}, "model": model_hparams}
+    identity = {"hparams": hparams, **data.digests}
+    snapshot = output / "checkpoints" / "last.pt"
+    # DDP 7: a job that torchrun restarted (a worker died) continues from its last snapshot
+    parts = dict(model=model, optimizer=optimizer, scaler=scaler, identity=identity)
+    state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
+                            world_size=world_size, **parts)
+    started -= state.seconds  # a resumed run's clock goes on from its snapshot's
+    state.job = torchrun_job_key()  # FT 3: the snapshot names the job, which its restarts resume
+    # FT 3: all ranks start from the same epoch (a node whose folder lacks the snapshot would not)
+    assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
+    # FT 5: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: a
+    # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone
+    heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), enabled=not args.distributed_eval)
+    gather = gathered if args.distributed_eval else None  # FT 7
+    for epoch in range(state.epoch + 1, args.epochs + 1):
+        if state.patience_ran_out(args.patience):
+            break
+        # DDP 2: the shuffle comes from (seed, epoch), the same on every rank; without
+        # set_epoch every epoch would replay the first one's order (and its --augment SMILES)
+        train_loader.sampler.set_epoch(epoch)
+        row, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
+                                           device, master_process)
+        row["epoch"] = epoch
+        # DDP 6: rank 0 alone scores dev, on the plain module (DDP's forward would wait for the
+        # others), and sends the figures to all: all keep the same best weights and stop together
+        scoring = partial(score, model, scored, task, device, data.tta, gather)  # FT 7
+        # FT 6: the figures, or why rank 0 failed to get them, reach every rank
+        scores = [heartbeat.while_rank0_works(partial(run_or_report, scoring))]  # FT 5
+        dist.broadcast_object_list(scores, src=0)
+        row.update(raise_if_failed(scores[0]))  # FT 6
+        if master_process:  # DDP 6: the one TensorBoard writer
+            log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f", epoch, args.epochs,
+                     row["train_loss"], row["dev_loss"], task.score_title,
+                     row[f"dev_{task.score_name}"])
+            for i, loss in enumerate(step_losses, start=(epoch - 1) * len(step_losses) + 1):
+                writer.add_scalar("Loss/train_step", loss, i)  # every optimizer step
+            for tag, value in task.scalars(row).items():
+                writer.add_scalar(tag, value, epoch)
+        state.end_epoch(row, model, task, seconds=time.perf_counter() - started)  # keeps the best
+        # DDP 7: every rank's random state (their dropout masks differ), then rank 0 writes;
+        # the barrier keeps any rank from running ahead of a snapshot not yet on disk
+        rng_states = [None] * world_size
+        dist.all_gather_object(rng_states, capture_rng())
+        # FT 6: a barrier that also tells every rank whether rank 0's write failed
+        save = partial(save_snapshot, snapshot, state=state, rng_states=rng_states, **parts)
+        check_on_all_ranks(save if master_process else lambda: None)  # FT 6
+
+    model.load_state_dict(state.best_weights())
+    if args.distributed_eval:  # FT 7: every rank scores its share of test
+        test = gathered(predict(model, loaders["test"], device, data.tta))
+    if master_process:
+        run = dict(world_size=world_size, global_batch_size=args.batch_size, seed=args.seed,
+                   per_rank_batch_size=args.batch_size // world_size, max_epochs=args.epochs,
+                   wall_seconds=time.perf_counter() - started, patience=args.patience)
+        final = write_report(output, writer=writer, task=task, state=state, run=run,
+                             test=test if args.distributed_eval else predict(  # FT 7
+                                 model, loaders["test"], device, data.tta),
+                             descriptions={"hparams": hparams, "task": task.to_dict(),
+                                           **data.descriptions})
+        print(task.final_line(final), flush=True)
+
+
+if __name__ == "__main__":
+    run_main(main, build_parser())
