@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 
 # Kept in step with environment.yml (conda) by a test.
 NOTEBOOKS = ["jupyterlab", "optuna"]
-TEST = ["pytest", "pytest-timeout", "optuna", "nbclient", "nbformat", "ipykernel"]
+TEST = ["pytest", "pytest-timeout", "optuna", "nbclient", "nbformat", "ipykernel", "ruff"]
 
 setup(
     name="partorch",

@@ -111,7 +111,7 @@ class Run:
         common = [str(csv), "--label-column", *labels, "--split", self.split, "--split-sizes", self.sizes,
                   "--smiles-form", self.form, "--seed", str(self.seed)]
         if self.model == "forest":
-            return [sys.executable, str(ROOT / "scripts" / "baseline_fingerprints.py"), *common]
+            return [sys.executable, str(ROOT / "benchmarks" / "baseline_fingerprints.py"), *common]
         same_molecules = ["--validate-smiles"] if self.form == "raw" else []  # raw strings of the same 2,039
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
                 str(ROOT / "scripts" / "basic_neural_network_ddp.py"), *common, *same_molecules, "--quiet",

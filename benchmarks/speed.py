@@ -128,12 +128,13 @@ class BatchStream:
 def partorch_setup(args, placement, smiles, labels, tokenizer):
     """The DDP script's own train_one_epoch on the default model."""
     from torch.nn.parallel import DistributedDataParallel
+    sys.path.insert(0, str(ROOT / "scripts"))  # the loop measured is the DDP rung's own
     from basic_neural_network_ddp import train_one_epoch
-    from partorch import BinaryClassification, RNNPredictor, get_ddp_dataloader
+    from partorch import BinaryClassification, RNNPredictor, get_ddp_dataloader, smiles_dataset
 
     rank, world_size, device = placement
-    loader = get_ddp_dataloader(rank=rank, world_size=world_size, smiles_list=smiles, labels=labels,
-                                tokenizer=tokenizer, batch_size=args.batch_size, shuffle=True)
+    loader = get_ddp_dataloader(smiles_dataset(smiles, labels, tokenizer), rank=rank, world_size=world_size,
+                                batch_size=args.batch_size, shuffle=True)
     model = RNNPredictor(tokenizer.vocab_size, **MODEL).to(device)
     if args.loop == "layer-by-layer":  # the path every batch took before the fused call
         model.encode = lambda tokens, lengths: model._encode_mixed_lengths(model.embedding(tokens), lengths)
@@ -142,11 +143,11 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
         model, device_ids=[device] if device.type == "cuda" else None, gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
-    flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True, device=device)
+    flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True)
     stream, task = BatchStream(loader), BinaryClassification(["label"])
 
     def run(steps):
-        train_one_epoch(ddp_model, optimizer, scaler, stream.take(steps), task, flags, False)
+        train_one_epoch(ddp_model, optimizer, scaler, stream.take(steps), task, flags, device, False)
         return stream.samples, stream.tokens
 
     return len(loader), run
@@ -223,7 +224,7 @@ def against_lightning(args, dataset, procs):
     common = [path, "--smiles-column", smiles_column, "--label-column", label_column, "--epochs",
               str(args.lightning_epochs), "--batch-size", str(args.batch_size)]
     with tempfile.TemporaryDirectory() as tmp:
-        run_job([sys.executable, str(ROOT / "scripts" / "lightning_reference.py"), *common, "--devices", str(procs),
+        run_job([sys.executable, str(ROOT / "benchmarks" / "lightning_reference.py"), *common, "--devices", str(procs),
                  "--out", f"{tmp}/lightning.json", "--work-dir", f"{tmp}/lightning"], env)
         lightning = json.loads(Path(tmp, "lightning.json").read_text())
         run_job([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}",

@@ -18,7 +18,7 @@ from .ddp.checkpoint import (
     save_snapshot,
 )
 from .ddp.data import Batch, FeatureDataset, TrainingData
-from .ddp.distributed import set_cpu_threads
+from .ddp.distributed import rendezvous, set_cpu_threads
 from .ddp.errors import DataError, PartorchError, run_main
 from .ddp.evaluation import predict, score
 from .ddp.flags import FlagParser
@@ -65,6 +65,7 @@ __all__ = [
     "load_model_dir",
     "predict",
     "prepare_run_dir",
+    "rendezvous",
     "resume_or_start",
     "run_main",
     "score",

@@ -11,7 +11,6 @@ true here; they stay so that the twins differ only where DDP does.
 Your own data, model or task: edit the ADAPT block and nothing else.
 """
 
-import logging
 import time
 
 import torch
@@ -26,7 +25,6 @@ DEFAULT_OUTPUT_DIR = "runs/basic"
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
 RUN_ONLY |= {"test_every_epoch"}
-log = logging.getLogger("partorch")
 
 # ============================ ADAPT: your data, model and task ============================
 from partorch.molecules import RNNPredictor, add_molecule_flags, molecule_data  # noqa: E402
@@ -80,7 +78,7 @@ def build_parser():
     return parser
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master_process):
+def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet):
     """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
     started = time.perf_counter()
     model.train()
@@ -88,7 +86,7 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
-    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process or None)
+    bar = tqdm(total=len(loader.dataset), unit="mol", disable=quiet or None)
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
@@ -121,20 +119,21 @@ def train(args, device):
     started = time.perf_counter()
     rank, world_size = 0, 1
     master_process = rank == 0  # it alone prints, evaluates and writes files
-    setup_logging(rank, args.quiet)
+    log = setup_logging(rank, args.quiet)  # rank 0 on the console, each rank to its file
     set_cpu_threads(1, args.threads)
     torch.manual_seed(args.seed)  # the same initial weights everywhere
     data = build_data(args)  # the same on every rank: same file, flags and seed
     task = data.task
     for warning in data.warnings if master_process else []:
         log.warning("warning: %s", warning)
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
     train_loader = get_dataloader(data.train, shuffle=True, batch_size=args.batch_size,
                                   seed=args.seed, num_workers=args.num_workers,
                                   sampler=args.sampler)
     loaders = {name: get_dataloader(split, batch_size=args.batch_size)
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
+    log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
@@ -152,7 +151,7 @@ def train(args, device):
             break
         train_loader.sampler.set_epoch(epoch)  # a fresh order (and --augment SMILES) each epoch
         row, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
-                                           device, master_process)
+                                           device, args.quiet or not master_process)
         row["epoch"] = epoch
         scores = [score(model, scored, task, device, data.tta) if master_process else None]
         row.update(scores[0])

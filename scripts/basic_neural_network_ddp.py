@@ -19,7 +19,6 @@ Several nodes and long jobs: scripts/fault_tolerant_ddp.py. Your data: the ADAPT
 
 from contextlib import nullcontext  # DDP 4
 from datetime import timedelta  # DDP 1
-import logging
 import os  # DDP 1
 import time
 
@@ -30,25 +29,23 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
-from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
+from partorch import rendezvous, resume_or_start, run_main, save_snapshot, score, set_cpu_threads
 from partorch import setup_logging, write_report
 
 DEFAULT_OUTPUT_DIR = "runs/ddp"
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
-log = logging.getLogger("partorch")
 
 # ============================ ADAPT: your data, model and task ============================
-from partorch.molecules import RNNPredictor, add_molecule_flags, molecule_data  # noqa: E402
+from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
 
-
-add_data_and_model_flags = add_molecule_flags  # (data group, model group): your flags
+add_data_and_model_flags = molecules.add_molecule_flags  # (data group, model group): your flags
 
 
 def build_data(args):
     """Your data and its task, as a partorch.TrainingData (datasets, task, what to save)."""
-    return molecule_data(
+    return molecules.molecule_data(
         args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
         task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
         split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
@@ -58,11 +55,11 @@ def build_data(args):
 
 def build_model(args, data, device):
     """Your model (forward: a batch's inputs -> [batch, tasks]) and its arguments, saved."""
-    RNNPredictor.check_amp(args.amp, device)
+    molecules.RNNPredictor.check_amp(args.amp, device)
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
                    bidirectional=args.bidirectional, num_outputs=len(data.task.columns))
-    return RNNPredictor(**hparams).to(device), hparams
+    return molecules.RNNPredictor(**hparams).to(device), hparams
 # ========================================= END ADAPT =========================================
 
 
@@ -94,7 +91,7 @@ def build_parser():
     return parser
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master_process):
+def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet):
     """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
     started = time.perf_counter()
     model.train()
@@ -102,7 +99,7 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
-    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process or None)
+    bar = tqdm(total=len(loader.dataset), unit="mol", disable=quiet or None)
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
@@ -131,15 +128,16 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master
 
 
 def main(args):
-    # DDP 1: join the process group: torchrun starts a process per CPU share or GPU and sets RANK,
-    # LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT for init_process_group; plain python: a group of one
+    # DDP 1: join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT...):
+    # rendezvous() gives each restart of the job keys of its own in torchrun's store (a restart
+    # must never dial its dead workers), and plain python a group of one
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)  # DDP 1: one GPU per local rank
-    alone = {} if "RANK" in os.environ else dict(store=dist.HashStore(), rank=0, world_size=1)
     timeout = timedelta(seconds=args.dist_timeout)  # a dead or silent peer fails a collective
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout, **alone)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout,
+                            **rendezvous(timeout))
     try:
         train(args, device)
     finally:
@@ -150,14 +148,13 @@ def train(args, device):
     started = time.perf_counter()
     rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP 1
     master_process = rank == 0  # it alone prints, evaluates and writes files
-    setup_logging(rank, args.quiet)
+    log = setup_logging(rank, args.quiet)  # rank 0 on the console, each rank to its file
     set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP 1: per host
     torch.manual_seed(args.seed)  # the same initial weights everywhere
     data = build_data(args)  # the same on every rank: same file, flags and seed
     task = data.task
     for warning in data.warnings if master_process else []:
         log.warning("warning: %s", warning)
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
     # DDP 2: every rank draws the same global batches from (seed, epoch) and keeps its slice
     train_loader = get_ddp_dataloader(data.train, rank=rank, world_size=world_size, shuffle=True,
                                       batch_size=args.batch_size, seed=args.seed,
@@ -166,6 +163,8 @@ def train(args, device):
     loaders = {name: get_ddp_dataloader(split, rank=0, world_size=1, batch_size=args.batch_size)
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
+    log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()
     device_ids = [device] if device.type == "cuda" else None
@@ -190,7 +189,7 @@ def train(args, device):
         # set_epoch every epoch would replay the first one's order (and its --augment SMILES)
         train_loader.sampler.set_epoch(epoch)
         row, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
-                                           device, master_process)
+                                           device, args.quiet or not master_process)
         row["epoch"] = epoch
         # DDP 6: rank 0 alone scores dev, on the plain module (DDP's forward would wait for the
         # others), and sends the figures to all: all keep the same best weights and stop together

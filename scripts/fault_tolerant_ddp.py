@@ -5,24 +5,21 @@
 
 This is scripts/basic_neural_network_ddp.py plus what a long multi-node job
 needs, every added line marked `# FT n` (`diff` the two):
-  1. restarts across nodes: each attempt of the job meets under a store prefix of its
-     own, agreed by all ranks, and the job has a name its restarts share
-  2. bad input is remembered in torchrun's store, so its restarts stop at once
-  3. the version folder and the snapshot name the job: its restarts find them again
-  4. every rank checks that all built the same molecules, split and vocabulary
-  5. rank 0 may score dev for longer than --dist-timeout: the others wait on its heartbeat
-  6. a failure on one rank (scoring, writing a snapshot) reaches every rank as one line
-  7. --distributed-eval: every rank scores a share of dev and test
+  1. bad input is remembered in torchrun's store, so the job's restarts stop at once
+  2. the version folder is found again by a restarted job; all ranks resume the same epoch
+  3. every rank checks that all built the same molecules, split and vocabulary
+  4. rank 0 may score dev for longer than --dist-timeout: the others wait on its heartbeat
+  5. a failure on one rank (scoring, writing a snapshot) reaches every rank as one line
+  6. --distributed-eval: every rank scores a share of dev and test
 """
 
 from contextlib import nullcontext  # DDP 4
 from datetime import timedelta  # DDP 1
-from functools import partial  # FT 5
-import logging
+from functools import partial  # FT 4
 import os  # DDP 1
 import time
 
-import numpy as np  # FT 7
+import numpy as np  # FT 6
 import torch
 import torch.distributed as dist  # DDP 1
 from torch.nn.parallel import DistributedDataParallel  # DDP 3
@@ -30,29 +27,27 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
-from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
+from partorch import rendezvous, resume_or_start, run_main, save_snapshot, score, set_cpu_threads
 from partorch import setup_logging, write_report
 from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
-from partorch.ddp.distributed import remember_failure, rendezvous, torchrun_job_key  # FT 1
-from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 2
+from partorch.ddp.distributed import remember_failure, torchrun_job_key  # FT
+from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 1
 
-DEFAULT_OUTPUT_DIR = "runs/ft"  # FT 3: runs/ft/version_N, found again by a restart
+DEFAULT_OUTPUT_DIR = "runs/ft"  # FT 2: runs/ft/version_N, found again by a restart
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
-RUN_ONLY |= {"distributed_eval"}  # FT 7
-log = logging.getLogger("partorch")
+RUN_ONLY |= {"distributed_eval"}  # FT 6
 
 # ============================ ADAPT: your data, model and task ============================
-from partorch.molecules import RNNPredictor, add_molecule_flags, molecule_data  # noqa: E402
+from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
 
-
-add_data_and_model_flags = add_molecule_flags  # (data group, model group): your flags
+add_data_and_model_flags = molecules.add_molecule_flags  # (data group, model group): your flags
 
 
 def build_data(args):
     """Your data and its task, as a partorch.TrainingData (datasets, task, what to save)."""
-    return molecule_data(
+    return molecules.molecule_data(
         args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
         task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
         split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
@@ -62,11 +57,11 @@ def build_data(args):
 
 def build_model(args, data, device):
     """Your model (forward: a batch's inputs -> [batch, tasks]) and its arguments, saved."""
-    RNNPredictor.check_amp(args.amp, device)
+    molecules.RNNPredictor.check_amp(args.amp, device)
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
                    bidirectional=args.bidirectional, num_outputs=len(data.task.columns))
-    return RNNPredictor(**hparams).to(device), hparams
+    return molecules.RNNPredictor(**hparams).to(device), hparams
 # ========================================= END ADAPT =========================================
 
 
@@ -90,7 +85,7 @@ def build_parser():
     distributed = parser.add_argument_group("distributed").add_argument  # DDP 1
     distributed("--dist-timeout", type=positive_int, default=300, help="peer wait, s")  # DDP 1
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
-    distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 7
+    distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 6
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
     add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")
@@ -99,7 +94,7 @@ def build_parser():
     return parser
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master_process):
+def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet):
     """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
     started = time.perf_counter()
     model.train()
@@ -107,7 +102,7 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
     steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
-    bar = tqdm(total=len(loader.dataset), disable=args.quiet or not master_process or None)
+    bar = tqdm(total=len(loader.dataset), unit="mol", disable=quiet or None)
     for batch in loader:
         optimizer.zero_grad(set_to_none=True)
         pieces = batch.to(device).split(args.accumulate)
@@ -135,7 +130,7 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, master
     return row, (totals[0] / totals[1]).tolist()
 
 
-def gathered(predictions):  # FT 7: --distributed-eval
+def gathered(predictions):  # FT 6: --distributed-eval
     """Every rank's (targets, outputs) share, concatenated, on every rank."""
     shares = [None] * dist.get_world_size()
     dist.all_gather_object(shares, predictions)
@@ -143,20 +138,19 @@ def gathered(predictions):  # FT 7: --distributed-eval
 
 
 def main(args):
-    # DDP 1: join the process group: torchrun starts a process per CPU share or GPU and sets RANK,
-    # LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT for init_process_group; plain python: a group of one
+    # DDP 1: join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT...):
+    # rendezvous() gives each restart of the job keys of its own in torchrun's store (a restart
+    # must never dial its dead workers), and plain python a group of one
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)  # DDP 1: one GPU per local rank
-    alone = {} if "RANK" in os.environ else dict(store=dist.HashStore(), rank=0, world_size=1)
     timeout = timedelta(seconds=args.dist_timeout)  # a dead or silent peer fails a collective
-    # FT 1: under torchrun, a store prefix per attempt (a restart never dials the dead group)
-    alone = alone or rendezvous(timeout)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout, **alone)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout,
+                            **rendezvous(timeout))
     try:
         train(args, device)
-    except PartorchError as exc:  # FT 2: bad input: torchrun would retry it --max-restarts times
+    except PartorchError as exc:  # FT 1: bad input: torchrun would retry it --max-restarts times
         remember_failure(exc)
         raise
     finally:
@@ -167,27 +161,28 @@ def train(args, device):
     started = time.perf_counter()
     rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP 1
     master_process = rank == 0  # it alone prints, evaluates and writes files
-    setup_logging(rank, args.quiet)
+    log = setup_logging(rank, args.quiet)  # rank 0 on the console, each rank to its file
     set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP 1: per host
     torch.manual_seed(args.seed)  # the same initial weights everywhere
     data = build_data(args)  # the same on every rank: same file, flags and seed
     task = data.task
     for warning in data.warnings if master_process else []:
         log.warning("warning: %s", warning)
-    # FT 4: a stale copy of the file on one node would otherwise train without a word
-    assert_same_on_all_ranks(data.digests)
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, torchrun_job_key())  # FT 3
     # DDP 2: every rank draws the same global batches from (seed, epoch) and keeps its slice
     train_loader = get_ddp_dataloader(data.train, rank=rank, world_size=world_size, shuffle=True,
                                       batch_size=args.batch_size, seed=args.seed,
                                       num_workers=args.num_workers, sampler=args.sampler)
     # DDP 6: rank 0 scores dev and test alone: its loaders hold the whole splits
-    # FT 7: unless --distributed-eval shares them out
+    # FT 6: unless --distributed-eval shares them out
     shares = (rank, world_size) if args.distributed_eval else (0, 1)
     loaders = {name: get_ddp_dataloader(split, rank=shares[0], world_size=shares[1],
-                                        batch_size=args.batch_size)  # FT 7
+                                        batch_size=args.batch_size)  # FT 6
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
+    # FT 3: a stale copy of the file on one node would otherwise train without a word
+    assert_same_on_all_ranks(data.digests)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, torchrun_job_key())  # FT 2
+    log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()
     device_ids = [device] if device.type == "cuda" else None
@@ -205,13 +200,12 @@ def train(args, device):
     state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
                             world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
-    state.job = torchrun_job_key()  # FT 3: the snapshot names the job, which its restarts resume
-    # FT 3: all ranks start from the same epoch (a node whose folder lacks the snapshot would not)
+    # FT 2: all ranks start from the same epoch (a node whose folder lacks the snapshot would not)
     assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
-    # FT 5: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: a
+    # FT 4: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: a
     # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone
     heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), enabled=not args.distributed_eval)
-    gather = gathered if args.distributed_eval else None  # FT 7
+    gather = gathered if args.distributed_eval else None  # FT 6
     for epoch in range(state.epoch + 1, args.epochs + 1):
         if state.patience_ran_out(args.patience):
             break
@@ -219,15 +213,15 @@ def train(args, device):
         # set_epoch every epoch would replay the first one's order (and its --augment SMILES)
         train_loader.sampler.set_epoch(epoch)
         row, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
-                                           device, master_process)
+                                           device, args.quiet or not master_process)
         row["epoch"] = epoch
         # DDP 6: rank 0 alone scores dev, on the plain module (DDP's forward would wait for the
         # others), and sends the figures to all: all keep the same best weights and stop together
-        scoring = partial(score, model, scored, task, device, data.tta, gather)  # FT 7
-        # FT 6: the figures, or why rank 0 failed to get them, reach every rank
-        scores = [heartbeat.while_rank0_works(partial(run_or_report, scoring))]  # FT 5
+        scoring = partial(score, model, scored, task, device, data.tta, gather)  # FT 6
+        # FT 5: the figures, or why rank 0 failed to get them, reach every rank
+        scores = [heartbeat.while_rank0_works(partial(run_or_report, scoring))]  # FT 4
         dist.broadcast_object_list(scores, src=0)
-        row.update(raise_if_failed(scores[0]))  # FT 6
+        row.update(raise_if_failed(scores[0]))  # FT 5
         if master_process:  # DDP 6: the one TensorBoard writer
             log.info("epoch %d/%d  train loss %.4f  dev loss %.4f  dev %s %.4f", epoch, args.epochs,
                      row["train_loss"], row["dev_loss"], task.score_title,
@@ -241,19 +235,19 @@ def train(args, device):
         # the barrier keeps any rank from running ahead of a snapshot not yet on disk
         rng_states = [None] * world_size
         dist.all_gather_object(rng_states, capture_rng())
-        # FT 6: a barrier that also tells every rank whether rank 0's write failed
+        # FT 5: a barrier that also tells every rank whether rank 0's write failed
         save = partial(save_snapshot, snapshot, state=state, rng_states=rng_states, **parts)
-        check_on_all_ranks(save if master_process else lambda: None)  # FT 6
+        check_on_all_ranks(save if master_process else lambda: None)  # FT 5
 
     model.load_state_dict(state.best_weights())
-    if args.distributed_eval:  # FT 7: every rank scores its share of test
+    if args.distributed_eval:  # FT 6: every rank scores its share of test
         test = gathered(predict(model, loaders["test"], device, data.tta))
     if master_process:
         run = dict(world_size=world_size, global_batch_size=args.batch_size, seed=args.seed,
                    per_rank_batch_size=args.batch_size // world_size, max_epochs=args.epochs,
                    wall_seconds=time.perf_counter() - started, patience=args.patience)
         final = write_report(output, writer=writer, task=task, state=state, run=run,
-                             test=test if args.distributed_eval else predict(  # FT 7
+                             test=test if args.distributed_eval else predict(  # FT 6
                                  model, loaders["test"], device, data.tta),
                              descriptions={"hparams": hparams, "task": task.to_dict(),
                                            **data.descriptions})

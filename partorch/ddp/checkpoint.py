@@ -21,7 +21,7 @@ import tempfile
 import numpy as np
 import torch
 
-from .distributed import is_restart_of
+from .distributed import is_restart_of, torchrun_job_key
 from .errors import PartorchError
 from .logs import log
 
@@ -227,6 +227,13 @@ def resume_or_start(path, *, resume, worst_score, model, optimizer, scaler, iden
     `identity` must match the snapshot's (flags that define the result,
     digests of the data): another run's snapshot is refused."""
     path = Path(path)
+    state = _snapshot_state(path, resume, worst_score, model, optimizer, scaler, identity, rank,
+                            world_size)
+    state.job = torchrun_job_key()  # the job writing the snapshots from now on: its restarts resume
+    return state
+
+
+def _snapshot_state(path, resume, worst_score, model, optimizer, scaler, identity, rank, world_size):
     if not path.exists():
         if resume:
             raise CheckpointError(f"--resume: there is no snapshot at {path}")

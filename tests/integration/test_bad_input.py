@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from helpers import DDP, FAST_FLAGS, SINGLE, error_lines, our_traceback, run_command, run_script
+from helpers import DDP, FAST_FLAGS, FAULT_TOLERANT, SINGLE, error_lines, our_traceback, run_command, run_script
 
 
 def _balanced_rows(n, label=lambda i: i % 2):
@@ -115,7 +115,7 @@ def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     data = tmp_path / "data.csv"
     data.write_text("smiles,label\nCC,1\n")  # no p_np column
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "--max-restarts=3", DDP, data, "--output-dir", tmp_path / "out", *FAST_FLAGS]
+               "--max-restarts=3", FAULT_TOLERANT, data, "--output-dir", tmp_path / "out", *FAST_FLAGS]
     result = run_command(command, timeout=100, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert result.returncode != 0
     errors = error_lines(result.stderr)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import DDP, FAST_FLAGS, ROOT, error_lines, final_lines, free_port, our_traceback, run_command, with_flag
+from helpers import FAULT_TOLERANT, FAST_FLAGS, ROOT, error_lines, final_lines, free_port, our_traceback, run_command, with_flag
 from partorch.ddp.checkpoint import load_state
 
 pytestmark = pytest.mark.faults
@@ -26,7 +26,7 @@ BOUND_SECONDS = 150  # a job with faults ends within this, however it ends
 
 
 def _job(tmp_path, data, faults, max_restarts, nodes=1):
-    """Run the DDP script under torchrun with `faults`: (agents' results, seconds)."""
+    """Run the fault-tolerant script under torchrun with `faults`: (agents' results, seconds)."""
     out, fired = tmp_path / "run", tmp_path / "fired"
     fired.mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAULTS": faults, "FAULT_DIR": str(fired),
@@ -37,7 +37,7 @@ def _job(tmp_path, data, faults, max_restarts, nodes=1):
         launch = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
                   f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=faults"]
     command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--max-restarts={max_restarts}", INJECT,
-               DDP, data, "--output-dir", out, *FLAGS]
+               FAULT_TOLERANT, data, "--output-dir", out, *FLAGS]
     started = time.time()
     if nodes == 1:
         results = [run_command(command, timeout=BOUND_SECONDS, env=env)]
@@ -71,7 +71,7 @@ def _snapshot_is_whole_and_ours(out, epochs, reference):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, bbbp_subset):
     out = tmp_path_factory.mktemp("reference") / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", DDP, bbbp_subset,
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", FAULT_TOLERANT, bbbp_subset,
                "--output-dir", out, *FLAGS]
     result = run_command(command, timeout=BOUND_SECONDS, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert result.returncode == 0, result.stderr[-3000:]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import DDP, FAST_FLAGS, ROOT, error_lines, final_lines, run_script, with_flag
+from helpers import FAULT_TOLERANT, FAST_FLAGS, ROOT, error_lines, final_lines, run_script, with_flag
 
 SLOW = ROOT / "tests" / "integration" / "slow_evaluation.py"
 
@@ -17,7 +17,7 @@ SLOW = ROOT / "tests" / "integration" / "slow_evaluation.py"
 @pytest.mark.timeout(200)
 def test_a_slow_evaluation_on_rank0_does_not_time_out_the_waiting_ranks(tmp_path, bbbp_subset):
     flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "5"]
-    result = run_script([SLOW, DDP, bbbp_subset, "--output-dir", tmp_path / "run", *flags], nproc=2,
+    result = run_script([SLOW, FAULT_TOLERANT, bbbp_subset, "--output-dir", tmp_path / "run", *flags], nproc=2,
                         env={"SLOW_EVALUATION_SECONDS": "12"}, timeout=150)  # dev scoring: 12 s, the timeout 5 s
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout)) == 1
@@ -29,7 +29,7 @@ def test_a_frozen_rank0_is_still_noticed_within_the_timeout(tmp_path, bbbp_subse
     flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "5"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLOW_EVALUATION_SECONDS": "30",
            "SLOW_EVALUATION_MARKER": str(marker)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", SLOW, DDP,
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", SLOW, FAULT_TOLERANT,
                bbbp_subset, "--output-dir", tmp_path / "run", *flags]
     job = subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=env, start_new_session=True)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers import DDP, FAST_FLAGS, ROOT, free_port, with_flag
+from helpers import FAULT_TOLERANT, FAST_FLAGS, ROOT, free_port, with_flag
 
 
 @pytest.mark.timeout(300)
@@ -18,7 +18,7 @@ def test_two_nodes_train_together(tmp_path, bbbp_subset):
     endpoint = f"127.0.0.1:{free_port()}"
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
-         f"--rdzv-endpoint={endpoint}", "--rdzv-id=partorch-test", str(DDP),
+         f"--rdzv-endpoint={endpoint}", "--rdzv-id=partorch-test", str(FAULT_TOLERANT),
          str(bbbp_subset), "--output-dir", str(out), *FAST_FLAGS],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}) for _ in range(2)]
@@ -44,7 +44,7 @@ def test_a_worker_killed_on_one_node_restarts_the_job_on_both(tmp_path, bbbp_sub
     flags = with_flag(FAST_FLAGS, "--epochs", 6)
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-         f"--rdzv-endpoint={endpoint}", "--rdzv-id=partorch-restart", "--max-restarts=3", str(DDP),
+         f"--rdzv-endpoint={endpoint}", "--rdzv-id=partorch-restart", "--max-restarts=3", str(FAULT_TOLERANT),
          str(bbbp_subset), "--output-dir", str(out), *flags],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}) for _ in range(2)]
