@@ -6,7 +6,7 @@
 This is scripts/basic_neural_network_ddp.py plus what a long multi-node job
 needs, every added line marked `# FT n` (`diff` the two):
   1. bad input is remembered in torchrun's store, so the job's restarts stop at once
-  2. the version folder is found again by a restarted job; all ranks resume the same epoch
+  2. all ranks resume the same epoch (a node whose folder lacks the snapshot would not)
   3. every rank checks that all built the same molecules, split and vocabulary
   4. rank 0 may score dev for longer than --dist-timeout: the others wait on its heartbeat
   5. a failure on one rank (scoring, writing a snapshot) reaches every rank as one line
@@ -30,10 +30,10 @@ from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepa
 from partorch import rendezvous, resume_or_start, run_main, save_snapshot, score, set_cpu_threads
 from partorch import setup_logging, write_report
 from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
-from partorch.ddp.distributed import remember_failure, torchrun_job_key  # FT
+from partorch.ddp.distributed import remember_failure  # FT 1
 from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 1
 
-DEFAULT_OUTPUT_DIR = "runs/ft"  # FT 2: runs/ft/version_N, found again by a restart
+DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
@@ -181,7 +181,7 @@ def train(args, device):
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
     # FT 3: a stale copy of the file on one node would otherwise train without a word
     assert_same_on_all_ranks(data.digests)
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, torchrun_job_key())  # FT 2
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()

@@ -11,7 +11,12 @@ from .errors import exit_after_peers
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The docstring as written, and `(default: X)` after every flag's help."""
+    """The docstring as written, and `(default: X)` after the help of every flag that has one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 class FlagParser(argparse.ArgumentParser):

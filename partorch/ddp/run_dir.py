@@ -9,19 +9,19 @@ from pathlib import Path
 import torch.distributed as dist
 
 from .checkpoint import ensure_writable_dir, new_version_dir
-from .distributed import check_on_all_ranks
+from .distributed import check_on_all_ranks, torchrun_job_key
 from .errors import raise_if_failed, run_or_report
 from .logs import add_log_file, log
 
 
-def prepare_run_dir(output_dir, default_base, job_key=None):
+def prepare_run_dir(output_dir, default_base):
     """The folder as a Path, with this rank's log file in it. Without
     `output_dir`, rank 0 picks `default_base/version_N` and sends it to the
     others (each picking its own would give a job as many folders as ranks);
-    with `job_key` (torchrun's job, see `distributed.torchrun_job_key`) a
-    restarted job finds its unfinished folder again."""
+    the folder names torchrun's job (`distributed.torchrun_job_key`), so that
+    a restarted job finds its unfinished folder again and resumes there."""
     if dist.is_initialized():
-        output = _agreed_folder(output_dir, default_base, job_key)
+        output = _agreed_folder(output_dir, default_base, torchrun_job_key())
     else:  # one process: no one to agree with
         output = Path(output_dir or new_version_dir(default_base))
         ensure_writable_dir(output / "logs")
