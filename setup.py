@@ -15,12 +15,23 @@ setup(
     packages=find_packages(include=["partorch", "partorch.*"]),
     license="MIT",
     license_files=["LICENSE"],
-    classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Chemistry"],
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Chemistry",
+    ],
     python_requires=">=3.10",
     # torch: the oldest release this project has been run with (see the README)
     # rdkit: molecules are read as canonical SMILES by default (and split by scaffold)
-    install_requires=["torch>=2.13", "numpy", "pandas", "scikit-learn", "tensorboard", "tqdm", "matplotlib",
-                      "rdkit"],
+    install_requires=[
+        "torch>=2.13",
+        "numpy",
+        "pandas",
+        "scikit-learn",
+        "tensorboard",
+        "tqdm",
+        "matplotlib",
+        "rdkit",
+    ],
     # bench: benchmarks/speed.py --lightning alone; nothing else imports Lightning
     extras_require={"notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning", "torchmetrics"]},
 )

@@ -22,6 +22,7 @@ picks up where it stopped. Data sets other than BBBP must be placed first
 The report ends with each recipe's dev gain over the defaults, split by split:
 the figures a default is chosen by (never test's), each beside its cost in minutes.
 """
+
 import argparse
 from dataclasses import asdict, dataclass
 import gzip
@@ -48,20 +49,43 @@ TUTORIAL_SIZES = "0.72,0.18,0.1"  # the training scripts' default
 PAPER_SIZES = "0.8,0.1,0.1"  # MoleculeNet's and chemprop's
 # data set -> its splits (name, sizes), and flags the network needs there
 GRID = {
-    "BBBP": {"splits": [("stratified", TUTORIAL_SIZES), ("scaffold", PAPER_SIZES), ("scaffold_balanced", PAPER_SIZES)]},
-    "HIV": {"splits": [("stratified", TUTORIAL_SIZES), ("scaffold", PAPER_SIZES)], "network": ["--distributed-eval"]},
+    "BBBP": {
+        "splits": [
+            ("stratified", TUTORIAL_SIZES),
+            ("scaffold", PAPER_SIZES),
+            ("scaffold_balanced", PAPER_SIZES),
+        ]
+    },
+    "HIV": {
+        "splits": [("stratified", TUTORIAL_SIZES), ("scaffold", PAPER_SIZES)],
+        "network": ["--distributed-eval"],
+    },
     "SIDER": {"splits": [("random", PAPER_SIZES)]},
     "ESOL": {"splits": [("random", PAPER_SIZES)], "regression": True},
     "Lipophilicity": {"splits": [("random", PAPER_SIZES)], "regression": True},
 }
-SEED_INDEPENDENT_SPLITS = {"scaffold"}  # where every seed trains, tunes and tests on the same molecules
+SEED_INDEPENDENT_SPLITS = {
+    "scaffold"
+}  # where every seed trains, tunes and tests on the same molecules
 # The lesson of issue 15: the raw strings' writing style predicts BBBP's label.
-STYLE_LESSON = [("BBBP", split, TUTORIAL_SIZES, form) for split in ("scaffold", "stratified")
-                for form in ("raw", "canonical")]
+STYLE_LESSON = [
+    ("BBBP", split, TUTORIAL_SIZES, form)
+    for split in ("scaffold", "stratified")
+    for form in ("raw", "canonical")
+]
 # Network recipes beyond the defaults, run with --recipes NAME: levers measured, not guessed.
 RECIPES = {
-    "augment": ["--augment", "--tta", "10"],  # a fresh random SMILES per molecule per epoch; 11 strings scored
-    "long": ["--epochs", "100", "--patience", "20"],  # for runs whose best dev epoch is the 30th, the last
+    "augment": [
+        "--augment",
+        "--tta",
+        "10",
+    ],  # a fresh random SMILES per molecule per epoch; 11 strings scored
+    "long": [
+        "--epochs",
+        "100",
+        "--patience",
+        "20",
+    ],  # for runs whose best dev epoch is the 30th, the last
     "weighted": ["--class-weight", "balanced"],  # rare positives (HIV's 3.5 %) carry half the loss
     # augmentation as a regulariser alone, at the defaults' evaluation cost (HIV's dev is 4,000 molecules)
     "augment-train": ["--augment"],
@@ -71,7 +95,17 @@ RECIPES = {
     "small": ["--d-model", "64", "--num-layers", "2"],
     "wide": ["--d-model", "256"],
     # augment-long at about a sixth of the cost per epoch: the two levers that gained dev on the small sets, together
-    "small-augment-long": ["--d-model", "64", "--num-layers", "2", "--augment", "--epochs", "100", "--patience", "20"],
+    "small-augment-long": [
+        "--d-model",
+        "64",
+        "--num-layers",
+        "2",
+        "--augment",
+        "--epochs",
+        "100",
+        "--patience",
+        "20",
+    ],
 }
 CLASSIFICATION_RECIPES = {"weighted"}  # planned on classification data sets only
 
@@ -90,8 +124,10 @@ class Run:
     def key(self):
         """The run's name in the ledger, and its folder under --runs."""
         recipe = "" if self.recipe == "default" else f"_{self.recipe}"
-        return f"{self.dataset}/{self.split}_{self.sizes.replace(',', '-')}/{self.model}_{self.form}{recipe}/" \
-               f"seed_{self.seed}"
+        return (
+            f"{self.dataset}/{self.split}_{self.sizes.replace(',', '-')}/{self.model}_{self.form}{recipe}/"
+            f"seed_{self.seed}"
+        )
 
     @property
     def label(self):
@@ -104,27 +140,66 @@ class Run:
     def joins_ensembles(self):
         """Its seeds' predictions can be averaged: a network scored on the given SMILES (predict.py has no --tta),
         on a split whose dev and test molecules do not depend on the seed."""
-        return self.model == "network" and "--tta" not in RECIPES.get(self.recipe, []) \
+        return (
+            self.model == "network"
+            and "--tta" not in RECIPES.get(self.recipe, [])
             and self.split in SEED_INDEPENDENT_SPLITS
+        )
 
     def command(self, csv, labels, processes):
-        common = [str(csv), "--label-column", *labels, "--split", self.split, "--split-sizes", self.sizes,
-                  "--smiles-form", self.form, "--seed", str(self.seed)]
+        common = [
+            str(csv),
+            "--label-column",
+            *labels,
+            "--split",
+            self.split,
+            "--split-sizes",
+            self.sizes,
+            "--smiles-form",
+            self.form,
+            "--seed",
+            str(self.seed),
+        ]
         if self.model == "forest":
             return [sys.executable, str(ROOT / "benchmarks" / "baseline_fingerprints.py"), *common]
-        same_molecules = ["--validate-smiles"] if self.form == "raw" else []  # raw strings of the same 2,039
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
-                str(ROOT / "scripts" / "basic_neural_network_ddp.py"), *common, *same_molecules, "--quiet",
-                *GRID[self.dataset].get("network", []), *RECIPES.get(self.recipe, [])]
+        same_molecules = (
+            ["--validate-smiles"] if self.form == "raw" else []
+        )  # raw strings of the same 2,039
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(processes),
+            str(ROOT / "scripts" / "basic_neural_network_ddp.py"),
+            *common,
+            *same_molecules,
+            "--quiet",
+            *GRID[self.dataset].get("network", []),
+            *RECIPES.get(self.recipe, []),
+        ]
 
 
 def plan(datasets, seeds, recipes=()):
-    models = [("forest", "default"), ("network", "default"), *(("network", recipe) for recipe in recipes)]
-    runs = [Run(name, split, sizes, model, "canonical", seed, recipe) for name in datasets
-            for split, sizes in GRID[name]["splits"] for model, recipe in models for seed in seeds
-            if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression"))]
+    models = [
+        ("forest", "default"),
+        ("network", "default"),
+        *(("network", recipe) for recipe in recipes),
+    ]
+    runs = [
+        Run(name, split, sizes, model, "canonical", seed, recipe)
+        for name in datasets
+        for split, sizes in GRID[name]["splits"]
+        for model, recipe in models
+        for seed in seeds
+        if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression"))
+    ]
     if "BBBP" in datasets:
-        runs += [Run(name, split, sizes, "network", form, seeds[0]) for name, split, sizes, form in STYLE_LESSON]
+        runs += [
+            Run(name, split, sizes, "network", form, seeds[0])
+            for name, split, sizes, form in STYLE_LESSON
+        ]
     return list(dict.fromkeys(runs))  # the lesson's canonical stratified run is already in the grid
 
 
@@ -143,7 +218,9 @@ def placed_label_columns(name, data_dir):
     place_data = _place_data()
     variant = place_data.identify(name, place_data.checksums(path), plain_only=True)
     if variant is None:
-        raise SystemExit(f"error: {path} is not a copy of {name} that dataset/place_data.py knows (checksum)")
+        raise SystemExit(
+            f"error: {path} is not a copy of {name} that dataset/place_data.py knows (checksum)"
+        )
     return place_data.label_columns(path, variant)
 
 
@@ -161,7 +238,9 @@ def execute(run, args, labels):
         log.flush()
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     if done.returncode:
-        raise SystemExit(f"error: {folder} failed (exit status {done.returncode}); see {folder / 'run.log'}")
+        raise SystemExit(
+            f"error: {folder} failed (exit status {done.returncode}); see {folder / 'run.log'}"
+        )
 
 
 def harvest(run, runs):
@@ -173,13 +252,18 @@ def harvest(run, runs):
     score = "roc_auc" if metrics["task"] == "classification" else "rmse"
     splits = json.loads((folder / "splits.json").read_text())
     rows = [splits[name] for name in ("train", "dev", "test")]
-    return {**asdict(run), "score": score, "test": metrics[f"test_{score}"],
-            "dev": metrics.get(f"best_dev_{score}", metrics.get(f"dev_{score}")),
-            "best_epoch": metrics.get("best_epoch"), "tasks": len(metrics["label_columns"]),
-            "molecules": sum(map(len, rows)),
-            "seconds": metrics.get("wall_seconds"),  # the run's own clock: no torchrun start-up
-            # what the identical-splits checks compare, once the folder is gone
-            "split_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest()}
+    return {
+        **asdict(run),
+        "score": score,
+        "test": metrics[f"test_{score}"],
+        "dev": metrics.get(f"best_dev_{score}", metrics.get(f"dev_{score}")),
+        "best_epoch": metrics.get("best_epoch"),
+        "tasks": len(metrics["label_columns"]),
+        "molecules": sum(map(len, rows)),
+        "seconds": metrics.get("wall_seconds"),  # the run's own clock: no torchrun start-up
+        # what the identical-splits checks compare, once the folder is gone
+        "split_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+    }
 
 
 def load_ledger(path):
@@ -196,7 +280,9 @@ def write_whole(path, content):
 
 
 def save_ledger(ledger, path):
-    lines = [f" {json.dumps(key)}: {json.dumps(ledger[key])}" for key in sorted(ledger)]  # a run a line: git diffs
+    lines = [
+        f" {json.dumps(key)}: {json.dumps(ledger[key])}" for key in sorted(ledger)
+    ]  # a run a line: git diffs
     write_whole(path, "{\n" + ",\n".join(lines) + "\n}\n")
 
 
@@ -232,8 +318,10 @@ def predict_dev_and_test(run, runs_dir, data_dir):
     (scripts/predict.py with its folder)."""
     folder = run.folder(runs_dir)
     try:
-        splits, hparams, task = (json.loads((folder / f"{name}.json").read_text())
-                                 for name in ("splits", "hparams", "task"))
+        splits, hparams, task = (
+            json.loads((folder / f"{name}.json").read_text())
+            for name in ("splits", "hparams", "task")
+        )
         task, smiles_column = task_from_dict(task), hparams["smiles_column"]
     except (OSError, ValueError, KeyError, PartorchError) as exc:
         raise SystemExit(f"error: {folder}: not a finished training run's folder ({exc})") from None
@@ -241,21 +329,40 @@ def predict_dev_and_test(run, runs_dir, data_dir):
     kept = {"task": task.to_dict()}
     with tempfile.TemporaryDirectory() as scratch:
         for part in ("dev", "test"):
-            rows = frame.iloc[[row - 2 for row in splits[part]]]  # splits.json numbers rows as an editor does
+            rows = frame.iloc[
+                [row - 2 for row in splits[part]]
+            ]  # splits.json numbers rows as an editor does
             rows.to_csv(Path(scratch) / f"{part}.csv", index=False)
-            command = [sys.executable, str(ROOT / "scripts" / "predict.py"), str(folder),
-                       str(Path(scratch) / f"{part}.csv"), "--smiles-column", smiles_column,
-                       "--output", str(Path(scratch) / "predictions.csv")]
+            command = [
+                sys.executable,
+                str(ROOT / "scripts" / "predict.py"),
+                str(folder),
+                str(Path(scratch) / f"{part}.csv"),
+                "--smiles-column",
+                smiles_column,
+                "--output",
+                str(Path(scratch) / "predictions.csv"),
+            ]
             done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             if done.returncode:
                 why = (done.stderr.strip() or "?").splitlines()[-1]
                 raise SystemExit(f"error: predicting with {folder}: {why}")
-            predictions = pd.read_csv(Path(scratch) / "predictions.csv")[task.columns].to_numpy(float)
-            if np.isnan(predictions).any():  # the run trained on these molecules: it must predict every one
-                raise SystemExit(f"error: {folder}: predict.py left {np.isnan(predictions).any(axis=1).sum()} "
-                                 f"of its {part} molecules unpredicted")
+            predictions = pd.read_csv(Path(scratch) / "predictions.csv")[task.columns].to_numpy(
+                float
+            )
+            if np.isnan(
+                predictions
+            ).any():  # the run trained on these molecules: it must predict every one
+                raise SystemExit(
+                    f"error: {folder}: predict.py left {np.isnan(predictions).any(axis=1).sum()} "
+                    f"of its {part} molecules unpredicted"
+                )
             labels = rows[task.columns].replace("", "nan").to_numpy(float)
-            kept[part] = {"rows": splits[part], "labels": _nulls(labels), "predictions": _nulls(predictions)}
+            kept[part] = {
+                "rows": splits[part],
+                "labels": _nulls(labels),
+                "predictions": _nulls(predictions),
+            }
     return kept
 
 
@@ -268,7 +375,9 @@ def keep_predictions(run, args):
     """Save a finished run's dev and test predictions beside the ledger (gzip without a time stamp: a run redone
     alike writes the same bytes)."""
     kept = predict_dev_and_test(run, args.runs, args.data_dir)
-    write_whole(predictions_path(run, args.ledger), gzip.compress(json.dumps(kept).encode(), mtime=0))
+    write_whole(
+        predictions_path(run, args.ledger), gzip.compress(json.dumps(kept).encode(), mtime=0)
+    )
 
 
 def load_predictions(run, ledger, ledger_path):
@@ -280,11 +389,14 @@ def load_predictions(run, ledger, ledger_path):
         task = task_from_dict(kept["task"])
         own = _score(task, kept["test"]["labels"], [kept["test"]["predictions"]])
     except (OSError, EOFError, ValueError, KeyError, TypeError, PartorchError) as exc:
-        raise SystemExit(f"error: {path}: not a run's kept predictions ({exc}); delete the file, "
-                         f"or redo the run") from None
+        raise SystemExit(
+            f"error: {path}: not a run's kept predictions ({exc}); delete the file, or redo the run"
+        ) from None
     if abs(own - ledger[run.key]["test"]) > 1e-3:
-        raise SystemExit(f"error: {path}: its test {task.score_name} {own:.4f} is not the ledger's "
-                         f"{ledger[run.key]['test']:.4f} for {run.key}; delete the file, or redo the run")
+        raise SystemExit(
+            f"error: {path}: its test {task.score_name} {own:.4f} is not the ledger's "
+            f"{ledger[run.key]['test']:.4f} for {run.key}; delete the file, or redo the run"
+        )
     return task, kept
 
 
@@ -305,11 +417,18 @@ def score_ensemble(group, ledger, ledger_path):
     for part in ("dev", "test"):
         if any(kept[part]["rows"] != first[part]["rows"] for _, kept in loaded[1:]):
             raise SystemExit(f"error: {ensemble_key(group)}: the seeds' {part} molecules differ")
-        scores[part] = _score(task, first[part]["labels"], [kept[part]["predictions"] for _, kept in loaded])
+        scores[part] = _score(
+            task, first[part]["labels"], [kept[part]["predictions"] for _, kept in loaded]
+        )
     first_run = asdict(group[0])
-    return {**{k: first_run[k] for k in ("dataset", "split", "sizes", "model", "form", "recipe")},
-            "seeds": [run.seed for run in group], "score": task.score_name, "test": scores["test"],
-            "dev": scores["dev"], "tasks": len(task.columns)}
+    return {
+        **{k: first_run[k] for k in ("dataset", "split", "sizes", "model", "form", "recipe")},
+        "seeds": [run.seed for run in group],
+        "score": task.score_name,
+        "test": scores["test"],
+        "dev": scores["dev"],
+        "tasks": len(task.columns),
+    }
 
 
 def summary(scores):
@@ -321,7 +440,7 @@ def verdict(network, forest, higher_is_better):
     """How the network's mean compares: beats / matches (within two standard errors) / loses, by how much."""
     (mean_n, sd_n), (mean_f, sd_f) = summary(network), summary(forest)
     gain = (mean_n - mean_f) * (1 if higher_is_better else -1)
-    noise = 2 * (sd_n ** 2 / len(network) + sd_f ** 2 / len(forest)) ** 0.5
+    noise = 2 * (sd_n**2 / len(network) + sd_f**2 / len(forest)) ** 0.5
     if gain > noise:
         text = f"network better by {gain:.3f}"
     elif gain >= -noise:
@@ -329,15 +448,23 @@ def verdict(network, forest, higher_is_better):
     else:
         text = f"forest better by {-gain:.3f}"
     # a single figure (one seed, or an ensemble) has no spread of its own to put in the noise
-    alone = [name for name, scores in (("network", network), ("forest", forest)) if len(scores) == 1]
+    alone = [
+        name for name, scores in (("network", network), ("forest", forest)) if len(scores) == 1
+    ]
     if alone:
-        text += f" ({' and '.join(f'one {name} figure' for name in alone)}: the noise leaves out " \
-                f"{'its' if len(alone) == 1 else 'their'} spread)"
+        text += (
+            f" ({' and '.join(f'one {name} figure' for name in alone)}: the noise leaves out "
+            f"{'its' if len(alone) == 1 else 'their'} spread)"
+        )
     return text
 
 
-SPLIT_NAMES = {"stratified": "stratified", "random": "random", "scaffold": "scaffold (DeepChem, seed-independent)",
-               "scaffold_balanced": "balanced scaffold (chemprop's order, per seed)"}
+SPLIT_NAMES = {
+    "stratified": "stratified",
+    "random": "random",
+    "scaffold": "scaffold (DeepChem, seed-independent)",
+    "scaffold_balanced": "balanced scaffold (chemprop's order, per seed)",
+}
 
 
 def _percent(sizes):
@@ -355,41 +482,74 @@ def dataset_section(name, runs, done, ledger):
     score_title = "ROC AUC" if higher else "RMSE"
     if higher and first["tasks"] > 1:
         score_title = f"ROC AUC, mean over {first['tasks']} tasks"
-    lines = [f"## {name} ({first['molecules']:,} molecules, canonical SMILES)", "",
-             f"| split (train/dev/test %) | model | seeds | test {score_title} | per seed | dev, mean "
-             f"| best dev epoch | minutes per run |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## {name} ({first['molecules']:,} molecules, canonical SMILES)",
+        "",
+        f"| split (train/dev/test %) | model | seeds | test {score_title} | per seed | dev, mean "
+        f"| best dev epoch | minutes per run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     verdicts, dev_gains, standings = [], [], []
     for split, sizes in GRID[name]["splits"]:
         cell = [r for r in finished if (r.split, r.sizes) == (split, sizes)]
         _check_identical_splits(name, split, cell, done)
         scores, devs, minutes, ran = {}, {}, {}, {}  # ran: each label's seeds
-        for label in sorted(dict.fromkeys(r.label for r in cell), key=lambda m: (m == "forest", m != "network")):
+        for label in sorted(
+            dict.fromkeys(r.label for r in cell), key=lambda m: (m == "forest", m != "network")
+        ):
             entries = [(r, done[r]) for r in cell if r.label == label]
-            scores[label], ran[label] = [entry["test"] for _, entry in entries], [r.seed for r, _ in entries]
+            scores[label], ran[label] = (
+                [entry["test"] for _, entry in entries],
+                [r.seed for r, _ in entries],
+            )
             minutes[label] = _median_minutes(entries)
             devs[label] = {r.seed: entry["dev"] for r, entry in entries if entry["dev"] is not None}
             lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row(entries)} |")
             ensemble = ledger.get(ensemble_key([r for r, _ in entries]))
             if ensemble and ensemble["members"] == {r.key: entry["test"] for r, entry in entries}:
                 label = f"{label}, ensemble of {len(entries)} seeds"
-                scores[label], devs[label] = [ensemble["test"]], {seed: ensemble["dev"] for seed in ensemble["seeds"]}
-                lines.append(f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} |")
-        standings.append(dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher))
+                scores[label], devs[label] = (
+                    [ensemble["test"]],
+                    {seed: ensemble["dev"] for seed in ensemble["seeds"]},
+                )
+                lines.append(
+                    f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} |"
+                )
+        standings.append(
+            dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher)
+        )
         forest = scores.pop("forest", None)
         for label, network in scores.items() if forest else ():
             recipe = "" if label == "network" else label.replace("network", "", 1)
-            verdicts.append(f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: {verdict(network, forest, higher)}"
-                            f"{_dev_gain_text(devs[label], devs.get('network', {}), higher) if recipe else ''}")
-        for recipe in dict.fromkeys(r.recipe for r in cell if r.model == "network" and r.recipe != "default"):
+            verdicts.append(
+                f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: {verdict(network, forest, higher)}"
+                f"{_dev_gain_text(devs[label], devs.get('network', {}), higher) if recipe else ''}"
+            )
+        for recipe in dict.fromkeys(
+            r.recipe for r in cell if r.model == "network" and r.recipe != "default"
+        ):
             gain, seeds = dev_gain(devs[f"network, {recipe}"], devs.get("network", {}), higher)
             if gain is not None:
-                dev_gains.append(DevGain(recipe, f"{name} {split} {_percent(sizes)}", gain, len(seeds),
-                                         minutes.get(f"network, {recipe}"), minutes.get("network")))
-    return lines + ["", *verdicts] + ([""] if verdicts else []), dev_gains, [s for s in standings if s]
+                dev_gains.append(
+                    DevGain(
+                        recipe,
+                        f"{name} {split} {_percent(sizes)}",
+                        gain,
+                        len(seeds),
+                        minutes.get(f"network, {recipe}"),
+                        minutes.get("network"),
+                    )
+                )
+    return (
+        lines + ["", *verdicts] + ([""] if verdicts else []),
+        dev_gains,
+        [s for s in standings if s],
+    )
 
 
 class Standing(NamedTuple):
     """On one split: the forest's test scores, and those of the network recipe with the best mean dev score."""
+
     where: str  # data set, split, sizes
     forest: list
     label: str  # "network" (the defaults) or "network, RECIPE"
@@ -398,8 +558,10 @@ class Standing(NamedTuple):
     higher: bool  # ROC AUC, or RMSE
 
     def row(self):
-        return f"| {self.where} | {self.label} | {self.dev:.3f} | {_mean_sd(self.network)} | " \
-               f"{_mean_sd(self.forest)} | {verdict(self.network, self.forest, self.higher)} |"
+        return (
+            f"| {self.where} | {self.label} | {self.dev:.3f} | {_mean_sd(self.network)} | "
+            f"{_mean_sd(self.forest)} | {verdict(self.network, self.forest, self.higher)} |"
+        )
 
 
 def dev_pick(where, scores, devs, ran, higher):
@@ -407,24 +569,34 @@ def dev_pick(where, scores, devs, ran, higher):
     forest ran, as a Standing; None without a forest or such a network. Its test score is read, never chosen by."""
     if "forest" not in ran:
         return None
-    full = [label for label in ran if label != "forest" and sorted(devs[label]) == sorted(ran["forest"])]
+    full = [
+        label for label in ran if label != "forest" and sorted(devs[label]) == sorted(ran["forest"])
+    ]
     if not full:
         return None
     best = (max if higher else min)(full, key=lambda label: statistics.mean(devs[label].values()))
-    return Standing(where, scores["forest"], best, statistics.mean(devs[best].values()), scores[best], higher)
+    return Standing(
+        where, scores["forest"], best, statistics.mean(devs[best].values()), scores[best], higher
+    )
 
 
 def standings_section(standings):
     """The summary: on each split, the network a user would pick from dev scores alone, against the forest."""
     if not standings:
         return []
-    return ["## In short: the network dev picks, against the forest", "",
-            "On each split, of the single networks (defaults and recipes; no ensembles) with a dev score for every "
-            "seed the forest ran, the one with the best mean dev score, and its test score; a network whose dev "
-            "scores were not kept (a dash below) is not a candidate. Scores are ROC AUC, or RMSE on the regression "
-            "sets (lower is better).", "",
-            "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test | verdict |",
-            "|---|---|---|---|---|---|", *(standing.row() for standing in standings), ""]
+    return [
+        "## In short: the network dev picks, against the forest",
+        "",
+        "On each split, of the single networks (defaults and recipes; no ensembles) with a dev score for every "
+        "seed the forest ran, the one with the best mean dev score, and its test score; a network whose dev "
+        "scores were not kept (a dash below) is not a candidate. Scores are ROC AUC, or RMSE on the regression "
+        "sets (lower is better).",
+        "",
+        "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test | verdict |",
+        "|---|---|---|---|---|---|",
+        *(standing.row() for standing in standings),
+        "",
+    ]
 
 
 def _row_of_one(ensemble):
@@ -438,16 +610,23 @@ def dev_gain(recipe, default, higher_is_better):
     seeds = sorted(recipe.keys() & default.keys())
     if not seeds:
         return None, seeds
-    return statistics.mean(recipe[s] - default[s] for s in seeds) * (1 if higher_is_better else -1), seeds
+    return statistics.mean(recipe[s] - default[s] for s in seeds) * (
+        1 if higher_is_better else -1
+    ), seeds
 
 
 def _dev_gain_text(recipe, default, higher_is_better):
     gain, seeds = dev_gain(recipe, default, higher_is_better)
-    return "" if gain is None else f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
+    return (
+        ""
+        if gain is None
+        else f"; on dev, {gain:+.3f} against the default network's mean ({_seeds(seeds)})"
+    )
 
 
 class DevGain(NamedTuple):
     """A recipe's mean dev gain over the defaults on one split, and what it costs there."""
+
     recipe: str
     where: str  # data set, split, sizes
     gain: float
@@ -456,26 +635,41 @@ class DevGain(NamedTuple):
     default_minutes: float | None
 
     def text(self):
-        cost = f"; {self.minutes:.1f} min a run, the defaults {self.default_minutes:.1f}" \
-            if self.minutes is not None and self.default_minutes is not None else ""
+        cost = (
+            f"; {self.minutes:.1f} min a run, the defaults {self.default_minutes:.1f}"
+            if self.minutes is not None and self.default_minutes is not None
+            else ""
+        )
         return f"{self.where} {self.gain:+.3f} ({self.seeds} seed{_plural(self.seeds)}{cost})"
 
 
 def defaults_section(dev_gains, datasets):
     """Which recipe the dev scores would make the default: one that raises dev wherever it was compared."""
-    lines = ["## Choosing the defaults, by dev scores only", "",
-             "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
-             "RMSE's sign turned), where both have dev scores in the ledger, and the median minutes a run of each. "
-             "Test scores play no part.", ""]
+    lines = [
+        "## Choosing the defaults, by dev scores only",
+        "",
+        "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
+        "RMSE's sign turned), where both have dev scores in the ledger, and the median minutes a run of each. "
+        "Test scores play no part.",
+        "",
+    ]
     for recipe in dict.fromkeys(gain.recipe for gain in dev_gains):
         cells = [gain for gain in dev_gains if gain.recipe == recipe]
         worse = [cell.where for cell in cells if cell.gain < 0]
-        planned = sum(len(GRID[name]["splits"]) for name in datasets
-                      if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression")))
-        choice = f"lowers dev on {', '.join(worse)}: stays a flag" if worse else \
-            f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a candidate for the default"
-        lines.append(f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): {', '.join(cell.text() for cell in cells)}. "
-                     f"{choice}.")
+        planned = sum(
+            len(GRID[name]["splits"])
+            for name in datasets
+            if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression"))
+        )
+        choice = (
+            f"lowers dev on {', '.join(worse)}: stays a flag"
+            if worse
+            else f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a candidate for the default"
+        )
+        lines.append(
+            f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): {', '.join(cell.text() for cell in cells)}. "
+            f"{choice}."
+        )
     return lines + [""] if dev_gains else []
 
 
@@ -498,12 +692,16 @@ def _row(entries):
     devs = [entry["dev"] for _, entry in entries if entry["dev"] is not None]
     minutes = _median_minutes(entries)
     epochs = [str(entry["best_epoch"]) for _, entry in entries if entry["best_epoch"] is not None]
-    return " | ".join([", ".join(str(run.seed) for run, _ in entries),
-                       _mean_sd(tests),
-                       ", ".join(f"{t:.3f}" for t in tests),
-                       f"{statistics.mean(devs):.3f}" if devs else "-",
-                       ", ".join(epochs) or "-",
-                       f"{minutes:.1f}" if minutes is not None else "-"])
+    return " | ".join(
+        [
+            ", ".join(str(run.seed) for run, _ in entries),
+            _mean_sd(tests),
+            ", ".join(f"{t:.3f}" for t in tests),
+            f"{statistics.mean(devs):.3f}" if devs else "-",
+            ", ".join(epochs) or "-",
+            f"{minutes:.1f}" if minutes is not None else "-",
+        ]
+    )
 
 
 def _mean_sd(scores):
@@ -514,26 +712,48 @@ def _mean_sd(scores):
 def _check_identical_splits(name, split, cell, done):
     by_seed = {}
     for run in cell:
-        if done[run]["split_sha256"]:  # None: recorded before the ledger kept it, checked when it ran
+        if done[run][
+            "split_sha256"
+        ]:  # None: recorded before the ledger kept it, checked when it ran
             by_seed.setdefault(run.seed, set()).add(done[run]["split_sha256"])
     for seed, digests in by_seed.items():
         if len(digests) > 1:
-            raise SystemExit(f"error: {name} {split} seed {seed}: the network and the forest saw different splits")
+            raise SystemExit(
+                f"error: {name} {split} seed {seed}: the network and the forest saw different splits"
+            )
 
 
 def style_section(seed, done):
     """The raw-against-canonical rows: the same molecules and split, checked, only the strings differ."""
-    lines = [f"## The writing-style lesson (BBBP, network, seed {seed})", "",
-             "The same network, seed, molecules and split (checked); only the strings differ.", "",
-             "| split (train/dev/test %) | SMILES given to the network | test ROC AUC |", "|---|---|---|"]
-    runs = [Run(name, split, sizes, "network", form, seed) for name, split, sizes, form in STYLE_LESSON]
+    lines = [
+        f"## The writing-style lesson (BBBP, network, seed {seed})",
+        "",
+        "The same network, seed, molecules and split (checked); only the strings differ.",
+        "",
+        "| split (train/dev/test %) | SMILES given to the network | test ROC AUC |",
+        "|---|---|---|",
+    ]
+    runs = [
+        Run(name, split, sizes, "network", form, seed) for name, split, sizes, form in STYLE_LESSON
+    ]
     finished = [run for run in runs if done.get(run)]
     for run in finished:
-        twin = next((r for r in finished if (r.split, r.sizes) == (run.split, run.sizes) and r.form != run.form), None)
+        twin = next(
+            (
+                r
+                for r in finished
+                if (r.split, r.sizes) == (run.split, run.sizes) and r.form != run.form
+            ),
+            None,
+        )
         digests = {done[r]["split_sha256"] for r in (run, twin) if r}
         if None not in digests and len(digests) > 1:
-            raise SystemExit(f"error: BBBP {run.split} seed {seed}: the raw and canonical runs saw different splits")
-        lines.append(f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | {done[run]['test']:.3f} |")
+            raise SystemExit(
+                f"error: BBBP {run.split} seed {seed}: the raw and canonical runs saw different splits"
+            )
+        lines.append(
+            f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | {done[run]['test']:.3f} |"
+        )
     return lines + [""] if finished else []
 
 
@@ -541,13 +761,21 @@ def missing_section(runs, placed, done):
     lines = []
     for name in dict.fromkeys(r.dataset for r in runs):
         if placed[name] is None and not any(done.get(r) for r in runs if r.dataset == name):
-            lines.append(f"- {name}: not placed here (`python dataset/place_data.py {name}`), nothing run")
+            lines.append(
+                f"- {name}: not placed here (`python dataset/place_data.py {name}`), nothing run"
+            )
             continue
         waiting = [r for r in runs if r.dataset == name and not done.get(r)]
         groups = dict.fromkeys((r.split, r.sizes, r.label, r.form) for r in waiting)
         for split, sizes, label, form in groups:
-            seeds = [str(r.seed) for r in waiting if (r.split, r.sizes, r.label, r.form) == (split, sizes, label, form)]
-            lines.append(f"- {name} {split} {_percent(sizes)}, {label}, {form} SMILES: {_seeds(seeds)}")
+            seeds = [
+                str(r.seed)
+                for r in waiting
+                if (r.split, r.sizes, r.label, r.form) == (split, sizes, label, form)
+            ]
+            lines.append(
+                f"- {name} {split} {_percent(sizes)}, {label}, {form} SMILES: {_seeds(seeds)}"
+            )
     return ["## Not run yet", "", *lines, ""] if lines else []
 
 
@@ -583,18 +811,29 @@ of recipe is made on), "minutes per run" the median over the seeds on this 2-cor
 
 
 def write_report(runs, placed, ledger, args):
-    command = f"python benchmarks/accuracy.py --datasets {' '.join(args.datasets)} " \
-              f"--seeds {' '.join(map(str, args.seeds))}" + \
-              (f" --recipes {' '.join(args.recipes)}" if args.recipes else "")
-    recipes = "".join(f"\n  - **network, {name}**: the defaults plus `{' '.join(RECIPES[name])}`"
-                      for name in args.recipes)
-    sections = [HEADER.format(command=command, ledger=os.path.relpath(args.ledger, ROOT), processes=args.processes,
-                              recipes=recipes)]
+    command = (
+        f"python benchmarks/accuracy.py --datasets {' '.join(args.datasets)} "
+        f"--seeds {' '.join(map(str, args.seeds))}"
+        + (f" --recipes {' '.join(args.recipes)}" if args.recipes else "")
+    )
+    recipes = "".join(
+        f"\n  - **network, {name}**: the defaults plus `{' '.join(RECIPES[name])}`"
+        for name in args.recipes
+    )
+    sections = [
+        HEADER.format(
+            command=command,
+            ledger=os.path.relpath(args.ledger, ROOT),
+            processes=args.processes,
+            recipes=recipes,
+        )
+    ]
     done = {run: ledger.get(run.key) for run in runs}
     tables, dev_gains, standings = [], [], []
     for name in dict.fromkeys(r.dataset for r in runs):
-        lines, gains, stands = dataset_section(name, [r for r in runs if r.dataset == name and r.form == "canonical"],
-                                               done, ledger)
+        lines, gains, stands = dataset_section(
+            name, [r for r in runs if r.dataset == name and r.form == "canonical"], done, ledger
+        )
         tables, dev_gains, standings = tables + lines, dev_gains + gains, standings + stands
     sections += standings_section(standings) + tables + defaults_section(dev_gains, args.datasets)
     if "BBBP" in args.datasets:
@@ -623,20 +862,31 @@ def keep_new_predictions(runs, ledger, placed, args, fresh):
     (`fresh`: a run redone since its predictions were kept)."""
     for run in (run for group in seed_groups(runs) for run in group):
         finished_here = run.key in ledger and (run.folder(args.runs) / "best_model.pt").exists()
-        if finished_here and placed[run.dataset] is not None \
-                and (run.key in fresh or not predictions_path(run, args.ledger).exists()):
+        if (
+            finished_here
+            and placed[run.dataset] is not None
+            and (run.key in fresh or not predictions_path(run, args.ledger).exists())
+        ):
             keep_predictions(run, args)
 
 
 def main(args):
-    args.runs, args.data_dir, args.ledger = (Path(p).resolve() for p in (args.runs, args.data_dir, args.ledger))
+    args.runs, args.data_dir, args.ledger = (
+        Path(p).resolve() for p in (args.runs, args.data_dir, args.ledger)
+    )
     placed = {name: placed_label_columns(name, args.data_dir) for name in args.datasets}
     runs = plan(args.datasets, args.seeds, args.recipes)
     ledger = load_ledger(args.ledger)
     changed = collect(runs, ledger, args.runs)
     if args.list:
         for run in runs:
-            state = "done" if run.key in ledger else "not placed" if placed[run.dataset] is None else "to run"
+            state = (
+                "done"
+                if run.key in ledger
+                else "not placed"
+                if placed[run.dataset] is None
+                else "to run"
+            )
             print(f"{state:10} {run.key}")
         return
     keep_new_predictions(runs, ledger, placed, args, fresh=changed)
@@ -644,13 +894,19 @@ def main(args):
     if not args.write_only:
         chosen = [r for r in runs if args.only is None or args.only in r.key + "/"]
         waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
-        for run in sorted(waiting, key=lambda r: r.model != "forest"):  # forests first: minutes, not hours
+        for run in sorted(
+            waiting, key=lambda r: r.model != "forest"
+        ):  # forests first: minutes, not hours
             execute(run, args, placed[run.dataset])
             ledger[run.key] = harvest(run, args.runs)
             if ledger[run.key] is None:
-                raise SystemExit(f"error: {run.folder(args.runs)} ended without writing metrics.json")
+                raise SystemExit(
+                    f"error: {run.folder(args.runs)} ended without writing metrics.json"
+                )
             keep_new_predictions(runs, ledger, placed, args, fresh={run.key})
-            save_ledger(ledger, args.ledger)  # after every run: a report cut short loses nothing done
+            save_ledger(
+                ledger, args.ledger
+            )  # after every run: a report cut short loses nothing done
     add_ensembles(runs, ledger, args)
     save_ledger(ledger, args.ledger)
     write_report(runs, placed, ledger, args)  # the whole grid, whatever ran
@@ -667,28 +923,64 @@ def add_ensembles(runs, ledger, args):
             if entry:
                 ledger[ensemble_key(group)] = {**entry, "members": members}
             else:
-                missing = [run.seed for run in group if not predictions_path(run, args.ledger).exists()]
-                print(f"{ensemble_key(group)}: not scored: no predictions kept for {_seeds(missing)} "
-                      f"(they are kept when a run's folder and data are here)")
+                missing = [
+                    run.seed for run in group if not predictions_path(run, args.ledger).exists()
+                ]
+                print(
+                    f"{ensemble_key(group)}: not scored: no predictions kept for {_seeds(missing)} "
+                    f"(they are kept when a run's folder and data are here)"
+                )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", choices=list(GRID), default=["BBBP"], help="(default: BBBP)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="(default: 1729 1 2 3 4)")
-    parser.add_argument("--recipes", nargs="+", choices=list(RECIPES), default=[],
-                        help="network recipes to run and report beside the defaults (default: none)")
-    parser.add_argument("--only", help="run only the runs whose name (as --list prints it, plus a final /) "
-                                       "contains this, e.g. forest, scaffold_0.8 or network_canonical/ "
-                                       "(the report still covers the whole grid)")
-    parser.add_argument("--processes", type=int, default=2, help="torchrun processes per network run (default: 2)")
-    parser.add_argument("--data-dir", default=str(ROOT / "dataset"), help="where NAME.csv are (default: dataset/)")
-    parser.add_argument("--runs", default=str(ROOT / "runs" / "accuracy"),
-                        help="one folder per run (default: runs/accuracy)")
-    parser.add_argument("--ledger", default=str(ROOT / "docs" / "accuracy_runs.json"),
-                        help="every finished run's figures, kept with the project (default: docs/accuracy_runs.json)")
-    parser.add_argument("--doc", default=str(ROOT / "docs" / "accuracy.md"), help="(default: docs/accuracy.md)")
-    parser.add_argument("--list", action="store_true", help="list the runs and their state; run nothing")
-    parser.add_argument("--write-only", action="store_true", help="write the report from the ledger and the ensembles "
-                        "it can score; train nothing (seconds, plus a minute a run whose predictions it keeps)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--datasets", nargs="+", choices=list(GRID), default=["BBBP"], help="(default: BBBP)"
+    )
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=list(SEEDS), help="(default: 1729 1 2 3 4)"
+    )
+    parser.add_argument(
+        "--recipes",
+        nargs="+",
+        choices=list(RECIPES),
+        default=[],
+        help="network recipes to run and report beside the defaults (default: none)",
+    )
+    parser.add_argument(
+        "--only",
+        help="run only the runs whose name (as --list prints it, plus a final /) "
+        "contains this, e.g. forest, scaffold_0.8 or network_canonical/ "
+        "(the report still covers the whole grid)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=2, help="torchrun processes per network run (default: 2)"
+    )
+    parser.add_argument(
+        "--data-dir", default=str(ROOT / "dataset"), help="where NAME.csv are (default: dataset/)"
+    )
+    parser.add_argument(
+        "--runs",
+        default=str(ROOT / "runs" / "accuracy"),
+        help="one folder per run (default: runs/accuracy)",
+    )
+    parser.add_argument(
+        "--ledger",
+        default=str(ROOT / "docs" / "accuracy_runs.json"),
+        help="every finished run's figures, kept with the project (default: docs/accuracy_runs.json)",
+    )
+    parser.add_argument(
+        "--doc", default=str(ROOT / "docs" / "accuracy.md"), help="(default: docs/accuracy.md)"
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the runs and their state; run nothing"
+    )
+    parser.add_argument(
+        "--write-only",
+        action="store_true",
+        help="write the report from the ledger and the ensembles "
+        "it can score; train nothing (seconds, plus a minute a run whose predictions it keeps)",
+    )
     main(parser.parse_args())

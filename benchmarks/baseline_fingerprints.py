@@ -12,6 +12,7 @@ Prints `Final test ROC AUC: 0.xxxx` (or RMSE) like the training scripts, so
 the two compare line for line; with --output-dir it also writes metrics.json
 and splits.json as a training run does.
 """
+
 import argparse
 from pathlib import Path
 import sys
@@ -35,20 +36,30 @@ def forest_predictions(features, labels, train, kind, args):
     if not len(train):  # no labelled training molecule in this column: nothing to predict from
         return np.full(len(labels), np.nan)
     if kind == "regression":
-        forest = RandomForestRegressor(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
+        forest = RandomForestRegressor(
+            n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs
+        )
         return forest.fit(features[train], labels[train]).predict(features)
     classes = labels[train].astype(int)
     if len(np.unique(classes)) < 2:  # nothing to learn: every molecule gets the one class seen
         return np.full(len(labels), float(classes[0]))
-    forest = RandomForestClassifier(n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs)
+    forest = RandomForestClassifier(
+        n_estimators=args.trees, random_state=args.seed, n_jobs=args.jobs
+    )
     return forest.fit(features[train], classes).predict_proba(features)[:, 1]
 
 
 def main(args):
     started = time.perf_counter()
     # as the training scripts do: a scaffold needs a parsed molecule, and the canonical form parses them all
-    table = read_molecule_csv(args.dataset, args.smiles_column, args.label_column, strict=args.strict,
-                              smiles_form=args.smiles_form, parse="scaffold" in args.split)
+    table = read_molecule_csv(
+        args.dataset,
+        args.smiles_column,
+        args.label_column,
+        strict=args.strict,
+        smiles_form=args.smiles_form,
+        parse="scaffold" in args.split,
+    )
     for warning in table.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.output_dir:
@@ -56,33 +67,67 @@ def main(args):
     kind = choose_task_kind(args.task, table)
     splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
     task = build_task(kind, table, splits)
-    features = morgan_fingerprints(table.smiles, args.radius, args.bits)  # all zeros where RDKit cannot parse
-    predictions = np.stack([forest_predictions(features, table.labels[:, j], splits.train, kind, args)
-                            for j in range(len(table.label_columns))], axis=1)
+    features = morgan_fingerprints(
+        table.smiles, args.radius, args.bits
+    )  # all zeros where RDKit cannot parse
+    predictions = np.stack(
+        [
+            forest_predictions(features, table.labels[:, j], splits.train, kind, args)
+            for j in range(len(table.label_columns))
+        ],
+        axis=1,
+    )
     outputs = task.outputs_for(predictions)
-    scores = {name: task.metrics(table.labels[idx], outputs[idx]) for name, idx in (("dev", splits.dev),
-                                                                                     ("test", splits.test))}
+    scores = {
+        name: task.metrics(table.labels[idx], outputs[idx])
+        for name, idx in (("dev", splits.dev), ("test", splits.test))
+    }
     if args.output_dir:
         output, score = Path(args.output_dir), task.score_name
-        atomic_write_json(describe_split(table, splits, args.split, args.seed, args.split_sizes),
-                          output / "splits.json")
+        atomic_write_json(
+            describe_split(table, splits, args.split, args.seed, args.split_sizes),
+            output / "splits.json",
+        )
         # metrics.json last, whole or not at all: the accuracy report takes it for "this run is done"
-        atomic_write_json({f"test_{score}": scores["test"][score], f"dev_{score}": scores["dev"][score],
-                           "task": kind, "label_columns": task.columns, "test_metrics": scores["test"],
-                           "seed": args.seed, "split": args.split, "wall_seconds": time.perf_counter() - started,
-                           "model": f"random forest, {args.trees} trees, Morgan r={args.radius}, {args.bits} bits"},
-                          output / "metrics.json")
+        atomic_write_json(
+            {
+                f"test_{score}": scores["test"][score],
+                f"dev_{score}": scores["dev"][score],
+                "task": kind,
+                "label_columns": task.columns,
+                "test_metrics": scores["test"],
+                "seed": args.seed,
+                "split": args.split,
+                "wall_seconds": time.perf_counter() - started,
+                "model": f"random forest, {args.trees} trees, Morgan r={args.radius}, {args.bits} bits",
+            },
+            output / "metrics.json",
+        )
     print(task.final_line(scores["test"]))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_split_flags(parser)
-    parser.add_argument("--random-seed", "--seed", dest="seed", type=int, default=1729,
-                        help="seed of the split and the forest (default: %(default)s)")
+    parser.add_argument(
+        "--random-seed",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=1729,
+        help="seed of the split and the forest (default: %(default)s)",
+    )
     parser.add_argument("--trees", type=int, default=500, help="(default: %(default)s)")
-    parser.add_argument("--radius", type=int, default=2, help="Morgan radius (default: %(default)s)")
-    parser.add_argument("--bits", type=int, default=2048, help="fingerprint length (default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=-1, help="parallel trees, -1 = all cores (default: %(default)s)")
+    parser.add_argument(
+        "--radius", type=int, default=2, help="Morgan radius (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--bits", type=int, default=2048, help="fingerprint length (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=-1, help="parallel trees, -1 = all cores (default: %(default)s)"
+    )
     parser.add_argument("--output-dir", help="also write metrics.json and splits.json here")
     run_main(main, parser)

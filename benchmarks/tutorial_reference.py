@@ -11,6 +11,7 @@ batches of 256 go through `pack_padded_sequence` into one multi-layer
 `nn.LSTM`, the DataLoader's workers are started afresh every epoch, and every
 step reads the loss back to the host and writes it to TensorBoard.
 """
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -25,7 +26,9 @@ class TokenizeOnReadDataset(Dataset):
         return len(self.smiles)
 
     def __getitem__(self, i):
-        return torch.tensor(self.tokenizer.encode(self.smiles[i])), torch.tensor(float(self.labels[i]))
+        return torch.tensor(self.tokenizer.encode(self.smiles[i])), torch.tensor(
+            float(self.labels[i])
+        )
 
 
 def collate_unsorted(items):
@@ -35,25 +38,50 @@ def collate_unsorted(items):
 
 
 class PackedRNNPredictor(nn.Module):
-    def __init__(self, vocab_size, embedding_dim=128, d_model=128, num_layers=3, bidirectional=True, dropout=0.2):
+    def __init__(
+        self,
+        vocab_size,
+        embedding_dim=128,
+        d_model=128,
+        num_layers=3,
+        bidirectional=True,
+        dropout=0.2,
+    ):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
-        self.lstm = nn.LSTM(embedding_dim, d_model, num_layers=num_layers, bidirectional=bidirectional,
-                            dropout=dropout, batch_first=True)
+        self.lstm = nn.LSTM(
+            embedding_dim,
+            d_model,
+            num_layers=num_layers,
+            bidirectional=bidirectional,
+            dropout=dropout,
+            batch_first=True,
+        )
         directions = 2 if bidirectional else 1
-        self.head = nn.Sequential(nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout),
-                                  nn.Linear(d_model, 1))
+        self.head = nn.Sequential(
+            nn.Linear(directions * d_model, d_model),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_model, 1),
+        )
 
     def forward(self, tokens, lengths):
-        packed = pack_padded_sequence(self.embedding(tokens), lengths, batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            self.embedding(tokens), lengths, batch_first=True, enforce_sorted=False
+        )
         _, (h_n, _) = self.lstm(packed)
         return self.head(torch.cat([h_n[-2], h_n[-1]], dim=-1)).squeeze(-1)
 
 
 def reference_batches(smiles, labels, tokenizer, batch_size=256, num_workers=2):
     """Endless batches; a new DataLoader iterator (new worker processes) per epoch."""
-    loader = DataLoader(TokenizeOnReadDataset(smiles, labels, tokenizer), batch_size=batch_size, shuffle=True,
-                        collate_fn=collate_unsorted, num_workers=num_workers)
+    loader = DataLoader(
+        TokenizeOnReadDataset(smiles, labels, tokenizer),
+        batch_size=batch_size,
+        shuffle=True,
+        collate_fn=collate_unsorted,
+        num_workers=num_workers,
+    )
     while True:
         yield from loader
 
@@ -71,6 +99,7 @@ def reference_step(model, optimizer, batch, writer, step):
 @torch.no_grad()
 def _roc_auc(model, loader):
     from sklearn.metrics import roc_auc_score
+
     model.eval()
     labels, scores = [], []
     for tokens, lengths, batch_labels in loader:
@@ -86,7 +115,9 @@ def main():
     import argparse
     import copy
     import tempfile
+
     from torch.utils.tensorboard import SummaryWriter
+
     from partorch import SmilesTokenizer, read_molecule_csv, split_indices
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -102,14 +133,25 @@ def main():
     tokenizer = SmilesTokenizer.build(table.smiles)
 
     def loader(indices, shuffle):
-        dataset = TokenizeOnReadDataset([table.smiles[i] for i in indices], labels[indices], tokenizer)
-        return DataLoader(dataset, batch_size=256, shuffle=shuffle, collate_fn=collate_unsorted, num_workers=2)
+        dataset = TokenizeOnReadDataset(
+            [table.smiles[i] for i in indices], labels[indices], tokenizer
+        )
+        return DataLoader(
+            dataset, batch_size=256, shuffle=shuffle, collate_fn=collate_unsorted, num_workers=2
+        )
 
-    train, dev, test = loader(splits.train, True), loader(splits.dev, False), loader(splits.test, False)
+    train, dev, test = (
+        loader(splits.train, True),
+        loader(splits.dev, False),
+        loader(splits.test, False),
+    )
     model = PackedRNNPredictor(tokenizer.vocab_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
     best_auc, best_state, step = -1.0, None, 0
-    with tempfile.TemporaryDirectory(prefix="reference-tb-") as events, SummaryWriter(events) as writer:
+    with (
+        tempfile.TemporaryDirectory(prefix="reference-tb-") as events,
+        SummaryWriter(events) as writer,
+    ):
         for epoch in range(1, args.epochs + 1):
             model.train()
             for batch in train:

@@ -13,9 +13,10 @@ is renamed into place only once verified, so a bad download places nothing and
 never replaces a good file. Standard library only: it runs before anything is
 installed.
 """
+
 import argparse
-from dataclasses import dataclass
 import csv
+from dataclasses import dataclass
 import filecmp
 import gzip
 import hashlib
@@ -40,6 +41,7 @@ ALL_BUT_SMILES = None  # label columns: every column of the placed file except t
 @dataclass(frozen=True)
 class Variant:
     """One file known for a data set: how to recognise it and which columns to train on."""
+
     what: str
     algorithm: str  # "md5" or "sha256"
     checksum: str
@@ -62,29 +64,69 @@ def _trimmed(name, sha256, labels):
 
 
 DATASETS = {
-    "BBBP": Dataset("BBBP.csv", (
-        _mirror("BBBP.csv", "66286cb9e6b148bd75d80c870df580fb", ("p_np",)),
-        # the same bytes, by the sha256 the project has always checked
-        Variant("BBBP.csv as it ships with this project", "sha256",
-                "d07a38487aeac5cee5508413e468043ef3097451d2a112701c2d60be9ec6b662", ("p_np",)),
-    )),
-    "HIV": Dataset("HIV.csv", (
-        _mirror("HIV.csv", "9ad10c88f82f1dac7eb5c52b668c30a7", ("HIV_active",)),
-        _trimmed("HIV", "3a3c7a4ea9626211fe959ef988394670dd76d556ca3c6173b70c88256e4c3555", ("HIV_active",)),
-    )),
-    "SIDER": Dataset("sider.csv.gz", (
-        _mirror("sider.csv.gz", "77c0ef421f7cc8ce963c5836c8761fd2", ALL_BUT_SMILES, gzipped=True),
-        _trimmed("SIDER", "87b937d1ddb1879bb14e8f23d94ceffcb9ad3e534ae59602820b3bcf03844fbf", ALL_BUT_SMILES),
-    )),
-    "ESOL": Dataset("delaney-processed.csv", (
-        _mirror("delaney-processed.csv", "0c90a51668d446b9e3ab77e67662bd1c",
-                ("measured log solubility in mols per litre",)),
-        _trimmed("ESOL", "9e2bf77f3fc2d0ced4572341e2094904b992c9edf3762795f77cfc2bfd4de5ac", ("logSolubility",)),
-    )),
-    "Lipophilicity": Dataset("Lipophilicity.csv", (
-        _mirror("Lipophilicity.csv", "85a0e1cb8b38b0dfc3f96ff47a57f0ab", ("exp",)),
-        _trimmed("Lipophilicity", "aa9bd9669188e35efd908758a75561bba402016d901fed2d0d949289abbcf31c", ("lipo",)),
-    )),
+    "BBBP": Dataset(
+        "BBBP.csv",
+        (
+            _mirror("BBBP.csv", "66286cb9e6b148bd75d80c870df580fb", ("p_np",)),
+            # the same bytes, by the sha256 the project has always checked
+            Variant(
+                "BBBP.csv as it ships with this project",
+                "sha256",
+                "d07a38487aeac5cee5508413e468043ef3097451d2a112701c2d60be9ec6b662",
+                ("p_np",),
+            ),
+        ),
+    ),
+    "HIV": Dataset(
+        "HIV.csv",
+        (
+            _mirror("HIV.csv", "9ad10c88f82f1dac7eb5c52b668c30a7", ("HIV_active",)),
+            _trimmed(
+                "HIV",
+                "3a3c7a4ea9626211fe959ef988394670dd76d556ca3c6173b70c88256e4c3555",
+                ("HIV_active",),
+            ),
+        ),
+    ),
+    "SIDER": Dataset(
+        "sider.csv.gz",
+        (
+            _mirror(
+                "sider.csv.gz", "77c0ef421f7cc8ce963c5836c8761fd2", ALL_BUT_SMILES, gzipped=True
+            ),
+            _trimmed(
+                "SIDER",
+                "87b937d1ddb1879bb14e8f23d94ceffcb9ad3e534ae59602820b3bcf03844fbf",
+                ALL_BUT_SMILES,
+            ),
+        ),
+    ),
+    "ESOL": Dataset(
+        "delaney-processed.csv",
+        (
+            _mirror(
+                "delaney-processed.csv",
+                "0c90a51668d446b9e3ab77e67662bd1c",
+                ("measured log solubility in mols per litre",),
+            ),
+            _trimmed(
+                "ESOL",
+                "9e2bf77f3fc2d0ced4572341e2094904b992c9edf3762795f77cfc2bfd4de5ac",
+                ("logSolubility",),
+            ),
+        ),
+    ),
+    "Lipophilicity": Dataset(
+        "Lipophilicity.csv",
+        (
+            _mirror("Lipophilicity.csv", "85a0e1cb8b38b0dfc3f96ff47a57f0ab", ("exp",)),
+            _trimmed(
+                "Lipophilicity",
+                "aa9bd9669188e35efd908758a75561bba402016d901fed2d0d949289abbcf31c",
+                ("lipo",),
+            ),
+        ),
+    ),
 }
 
 
@@ -132,8 +174,10 @@ def fetch(source, is_url, target):
         with urllib.request.urlopen(source, timeout=60) as response, open(target, "wb") as out:
             shutil.copyfileobj(response, out)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        fail(f"download of {source} failed ({_reason(exc)}); "
-             "download it some other way and pass the file with --from PATH")
+        fail(
+            f"download of {source} failed ({_reason(exc)}); "
+            "download it some other way and pass the file with --from PATH"
+        )
 
 
 def decompress(source, packed, target):
@@ -141,7 +185,9 @@ def decompress(source, packed, target):
         with gzip.open(packed, "rb") as inside, open(target, "wb") as out:
             shutil.copyfileobj(inside, out)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
-        fail(f"{source}: its checksum matches, but it does not decompress as gzip ({exc}); nothing placed")
+        fail(
+            f"{source}: its checksum matches, but it does not decompress as gzip ({exc}); nothing placed"
+        )
 
 
 def header(path):
@@ -171,8 +217,17 @@ def shown(path):
 
 
 def training_command(destination, variant):
-    words = ["torchrun", "--master_port", "31133", shown(TRAINING_SCRIPT), shown(destination),
-             "--smiles-column", SMILES_COLUMN, "--label-column", *label_columns(destination, variant)]
+    words = [
+        "torchrun",
+        "--master_port",
+        "31133",
+        shown(TRAINING_SCRIPT),
+        shown(destination),
+        "--smiles-column",
+        SMILES_COLUMN,
+        "--label-column",
+        *label_columns(destination, variant),
+    ]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -181,8 +236,10 @@ def _expected(name):
 
 
 def _mismatch(name, source, found):
-    message = (f"{source}: checksum md5 {found['md5']}, sha256 {found['sha256']}; "
-               f"expected for {name}: {_expected(name)}; nothing placed")
+    message = (
+        f"{source}: checksum md5 {found['md5']}, sha256 {found['sha256']}; "
+        f"expected for {name}: {_expected(name)}; nothing placed"
+    )
     others = [other for other in DATASETS if other != name and identify(other, found)]
     if others:
         message += f" (this file is {others[0]}: pass {others[0]} as the name)"
@@ -194,9 +251,14 @@ def place(name, source, is_url, destination, force=False):
     explicit = source is not None
     if not explicit:
         source, is_url = MIRROR + DATASETS[name].mirror_file, True
-    existing = identify(name, checksums(destination), plain_only=True) if destination.is_file() else None
+    existing = (
+        identify(name, checksums(destination), plain_only=True) if destination.is_file() else None
+    )
     if existing and not explicit:
-        return f"{shown(destination)} is already in place ({existing.algorithm} verified: {existing.what})", existing
+        return (
+            f"{shown(destination)} is already in place ({existing.algorithm} verified: {existing.what})",
+            existing,
+        )
     with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{name}.") as work:
         fetched = Path(work) / "fetched"
         fetch(source, is_url, fetched)
@@ -212,10 +274,17 @@ def place(name, source, is_url, destination, force=False):
             verified += ", decompressed"
         label_columns(placed, variant)  # the columns the hint will name are there
         if destination.is_file() and filecmp.cmp(placed, destination, shallow=False):
-            return f"{shown(destination)} is already in place, identical to {source} ({verified})", variant
-        if destination.is_file() and existing is None and not force:  # perhaps edited by hand: never lost silently
-            fail(f"{shown(destination)} exists and is not a known copy of {name}; move it away, or pass --force "
-                 "to replace it; nothing placed")
+            return (
+                f"{shown(destination)} is already in place, identical to {source} ({verified})",
+                variant,
+            )
+        if (
+            destination.is_file() and existing is None and not force
+        ):  # perhaps edited by hand: never lost silently
+            fail(
+                f"{shown(destination)} exists and is not a known copy of {name}; move it away, or pass --force "
+                "to replace it; nothing placed"
+            )
         with open(placed, "rb+") as f:
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them
         os.replace(placed, destination)
@@ -232,16 +301,28 @@ def infer_name(source):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", nargs="?", choices=list(DATASETS),
-                        help="data set (default: the one the --from or --url file is named after, else BBBP)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "name",
+        nargs="?",
+        choices=list(DATASETS),
+        help="data set (default: the one the --from or --url file is named after, else BBBP)",
+    )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--from", dest="path", metavar="PATH", help="copy this local file instead of downloading")
+    source.add_argument(
+        "--from", dest="path", metavar="PATH", help="copy this local file instead of downloading"
+    )
     source.add_argument("--url", help=f"download from this URL instead of the mirror ({MIRROR})")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a NAME.csv already there whose checksum this script does not know")
-    parser.add_argument("--dest-dir", type=Path, default=HERE,
-                        help="where to place NAME.csv (default: this folder)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a NAME.csv already there whose checksum this script does not know",
+    )
+    parser.add_argument(
+        "--dest-dir", type=Path, default=HERE, help="where to place NAME.csv (default: this folder)"
+    )
     return parser
 
 
@@ -256,8 +337,12 @@ def main():
     except OSError as exc:
         fail(f"cannot create {args.dest_dir}: {_reason(exc)}")
     try:
-        done, variant = place(name, source, args.url is not None, args.dest_dir / f"{name}.csv", args.force)
-    except OSError as exc:  # the folder is not writable, the name is taken by a folder, the disk is full
+        done, variant = place(
+            name, source, args.url is not None, args.dest_dir / f"{name}.csv", args.force
+        )
+    except (
+        OSError
+    ) as exc:  # the folder is not writable, the name is taken by a folder, the disk is full
         fail(f"cannot place {name}.csv in {args.dest_dir}: {_reason(exc)}; nothing placed")
     print(done)
     print("train on it with:")

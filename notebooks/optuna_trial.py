@@ -11,6 +11,7 @@ one CPU thread, in OUTPUT/trial_<number>. Remove OUTPUT along with the
 database to start a study afresh: the training script refuses to write a new
 run into a folder that holds an earlier one (trial numbers start at 0 again).
 """
+
 import argparse
 import json
 import os
@@ -36,43 +37,83 @@ def make_objective(args):
         lr = trial.suggest_float("lr", 3e-4, 1e-2, log=True)
         dropout = trial.suggest_float("dropout", 0.0, 0.4)
         d_model = trial.suggest_categorical("d_model", [16, 32, 64])
-        output = Path(args.output) / f"trial_{trial.number}"  # trial numbers are unique in the study
-        command = [sys.executable, str(TRAIN), args.data, "--output-dir", str(output),
-                   "--threads", "1", "--quiet", "--epochs", str(args.epochs), "--seed", str(args.seed),
-                   "--embedding-dim", "32", "--d-model", str(d_model), "--num-layers", "1",
-                   "--lr", str(lr), "--dropout", str(dropout)]
+        output = (
+            Path(args.output) / f"trial_{trial.number}"
+        )  # trial numbers are unique in the study
+        command = [
+            sys.executable,
+            str(TRAIN),
+            args.data,
+            "--output-dir",
+            str(output),
+            "--threads",
+            "1",
+            "--quiet",
+            "--epochs",
+            str(args.epochs),
+            "--seed",
+            str(args.seed),
+            "--embedding-dim",
+            "32",
+            "--d-model",
+            str(d_model),
+            "--num-layers",
+            "1",
+            "--lr",
+            str(lr),
+            "--dropout",
+            str(dropout),
+        ]
         trial.set_user_attr("worker", args.worker)
         trial.set_user_attr("output_dir", str(output))
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"trial {trial.number}: training failed ({done.returncode}):\n{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"trial {trial.number}: training failed ({done.returncode}):\n{done.stderr[-2000:]}"
+            )
         metrics = json.loads((output / "metrics.json").read_text())
         # The test score is kept for display only: the search must never see it.
         trial.set_user_attr("test_roc_auc", metrics["test_roc_auc"])
         trial.set_user_attr("best_epoch", metrics["best_epoch"])
         return metrics["best_dev_roc_auc"]  # the study maximises the dev score
+
     return objective
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--storage", required=True, help="database URL, e.g. sqlite:///optuna_study.db")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--storage", required=True, help="database URL, e.g. sqlite:///optuna_study.db"
+    )
     parser.add_argument("--study-name", required=True)
     parser.add_argument("--data", required=True, help="CSV file to train on")
     parser.add_argument("--n-trials", type=int, required=True, help="trials this worker runs")
-    parser.add_argument("--worker", type=int, default=0, help="this worker's number (seeds its sampler)")
+    parser.add_argument(
+        "--worker", type=int, default=0, help="this worker's number (seeds its sampler)"
+    )
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=1729, help="training seed: the same split in every trial")
+    parser.add_argument(
+        "--seed", type=int, default=1729, help="training seed: the same split in every trial"
+    )
     parser.add_argument("--sampler-seed", type=int, default=0)
-    parser.add_argument("--startup-trials", type=int, default=4, help="random trials before TPE models the rest")
+    parser.add_argument(
+        "--startup-trials", type=int, default=4, help="random trials before TPE models the rest"
+    )
     parser.add_argument("--output", default="runs/optuna")
     args = parser.parse_args(argv)
     # The sampler is not stored in the database: each worker brings its own. Its
     # own seed, so two workers do not propose the same first points; constant_liar
     # counts the trials still running elsewhere as bad, so workers spread out.
-    sampler = optuna.samplers.TPESampler(seed=args.sampler_seed + args.worker, n_startup_trials=args.startup_trials,
-                                         constant_liar=True)
-    study = optuna.load_study(study_name=args.study_name, storage=storage(args.storage), sampler=sampler)
+    sampler = optuna.samplers.TPESampler(
+        seed=args.sampler_seed + args.worker,
+        n_startup_trials=args.startup_trials,
+        constant_liar=True,
+    )
+    study = optuna.load_study(
+        study_name=args.study_name, storage=storage(args.storage), sampler=sampler
+    )
     print(f"worker {args.worker} (pid {os.getpid()}): {args.n_trials} trials", flush=True)
     study.optimize(make_objective(args), n_trials=args.n_trials)
 

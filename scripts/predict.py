@@ -16,6 +16,7 @@ is empty, that RDKit cannot parse, or that holds tokens outside a model's
 vocabulary is reported on stderr with its row number and left empty; the
 others are still predicted.
 """
+
 import argparse
 import csv
 import sys
@@ -32,7 +33,9 @@ from partorch.molecules.tokenizer import tokenizer_from_dict
 def build_model(descriptions):
     """The model a training script's build_model made, from its saved arguments."""
     if "hparams" not in descriptions or "model" not in descriptions["hparams"]:
-        raise PartorchError("not a training run's output folder: hparams.json with the model's arguments is missing")
+        raise PartorchError(
+            "not a training run's output folder: hparams.json with the model's arguments is missing"
+        )
     return RNNPredictor(**descriptions["hparams"]["model"])
 
 
@@ -44,17 +47,24 @@ def read_smiles(source, column):
     except (OSError, ValueError) as exc:
         raise PartorchError(f"{source}: cannot read as CSV ({str(exc).splitlines()[0]})") from None
     if column not in frame.columns:
-        raise PartorchError(f"{source}: no column {column!r}; the columns are {list(frame.columns)}")
+        raise PartorchError(
+            f"{source}: no column {column!r}; the columns are {list(frame.columns)}"
+        )
     return frame[column].str.strip().tolist(), "row", 2  # row numbers as an editor shows them
 
 
 def predict_with(model_dir, smiles, device, batch_size):
     """(task, predictions, failures) of one trained model for `smiles`."""
     model, descriptions = load_model_dir(model_dir, build_model, device)
-    task, tokenizer = task_from_dict(descriptions["task"]), tokenizer_from_dict(descriptions["tokenizer"])
+    task, tokenizer = (
+        task_from_dict(descriptions["task"]),
+        tokenizer_from_dict(descriptions["tokenizer"]),
+    )
     # the form the model was trained on; a model from before canonical SMILES read raw strings
     form = descriptions["hparams"].get("smiles_form", "raw")
-    outputs, failures = predict_smiles(model, tokenizer, smiles, device, batch_size, smiles_form=form)
+    outputs, failures = predict_smiles(
+        model, tokenizer, smiles, device, batch_size, smiles_form=form
+    )
     return task, task.predictions(outputs), failures
 
 
@@ -65,29 +75,43 @@ def main(args):
     for model_dir in args.model_dir:
         task, predicted, failures = predict_with(model_dir, smiles, device, args.batch_size)
         if tasks and (task.kind, task.columns) != (tasks[0].kind, tasks[0].columns):
-            raise PartorchError(f"{model_dir} predicts {task.kind} of {task.columns}, {args.model_dir[0]} "
-                                f"{tasks[0].kind} of {tasks[0].columns}: an ensemble needs the same tasks")
+            raise PartorchError(
+                f"{model_dir} predicts {task.kind} of {task.columns}, {args.model_dir[0]} "
+                f"{tasks[0].kind} of {tasks[0].columns}: an ensemble needs the same tasks"
+            )
         tasks.append(task)
         predictions.append(predicted)
         for position, message in failures:
             failed.setdefault(position, message)
     for position, message in sorted(failed.items()):
-        print(f"warning: {args.input} {unit} {position + first}: {message}; not predicted", file=sys.stderr)
+        print(
+            f"warning: {args.input} {unit} {position + first}: {message}; not predicted",
+            file=sys.stderr,
+        )
     mean = np.mean(predictions, axis=0)  # NaN, an empty cell, where any model could not predict
     out = open(args.output, "w", newline="") if args.output else sys.stdout
     writer = csv.writer(out)
     writer.writerow([args.smiles_column, *tasks[0].columns])
     for s, row in zip(smiles, mean):
-        writer.writerow([s, *("" if p != p else f"{p:.10g}" for p in row)])  # ROC AUC needs no ties made here
+        writer.writerow(
+            [s, *("" if p != p else f"{p:.10g}" for p in row)]
+        )  # ROC AUC needs no ties made here
     if args.output:
         out.close()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", nargs="+",
-                        help="a training run's output folder; several average their predictions")
-    parser.add_argument("input", help="CSV file with a SMILES column, or - for one SMILES a line on stdin")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "model_dir",
+        nargs="+",
+        help="a training run's output folder; several average their predictions",
+    )
+    parser.add_argument(
+        "input", help="CSV file with a SMILES column, or - for one SMILES a line on stdin"
+    )
     parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
     parser.add_argument("--output", help="write here instead of stdout")
     parser.add_argument("--batch-size", type=int, default=256, help="(default: %(default)s)")

@@ -3,12 +3,12 @@ seconds), under tests/integration `integration` (real torchrun, processes and
 files); `slow` marks the notebooks and the benchmark. `python -m pytest -q tests`
 runs them all; `-m unit` only the fast ones. The markers are declared in
 pyproject.toml."""
+
 from pathlib import Path
 
+from helpers import ROOT, shared_dataset
 import pandas as pd
 import pytest
-
-from helpers import ROOT, shared_dataset
 
 
 def pytest_collection_modifyitems(items):
@@ -65,4 +65,5 @@ def write_csv(tmp_path):
         path = tmp_path / name
         path.write_text(text)
         return path
+
     return write

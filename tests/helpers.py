@@ -1,4 +1,5 @@
 """What the tests share: paths, flags for quick runs, and running scripts for real."""
+
 import os
 from pathlib import Path
 import signal
@@ -18,8 +19,19 @@ SINGLE = SCRIPTS / "basic_neural_network.py"
 EXAMPLE = ROOT / "examples" / "fingerprint_mlp_ddp.py"
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 # A small model and few epochs: the integration tests check plumbing, not accuracy.
-FAST_FLAGS = ["--epochs", "2", "--embedding-dim", "16", "--d-model", "16", "--num-layers", "1",
-              "--batch-size", "32", "--quiet"]
+FAST_FLAGS = [
+    "--epochs",
+    "2",
+    "--embedding-dim",
+    "16",
+    "--d-model",
+    "16",
+    "--num-layers",
+    "1",
+    "--batch-size",
+    "32",
+    "--quiet",
+]
 
 
 def free_port():
@@ -33,7 +45,9 @@ def shared_dataset(name):
     """A data set from the folder CI places beside the project; skips, saying why, without it."""
     path = SHARED_DATASETS / name
     if not path.exists():
-        pytest.skip(f"needs {name} from the shared data folder beside the project ({path} is absent)")
+        pytest.skip(
+            f"needs {name} from the shared data folder beside the project ({path} is absent)"
+        )
     return path
 
 
@@ -64,8 +78,15 @@ def run_command(command, timeout=240, env=None, cwd=ROOT):
     whole tree (torchrun, its workers, a benchmark's jobs) goes, not only
     the first process, so no orphan keeps loading the machine for the tests
     after it."""
-    with subprocess.Popen([str(a) for a in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          cwd=cwd, env=env, start_new_session=True) as process:
+    with subprocess.Popen(
+        [str(a) for a in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    ) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -80,7 +101,9 @@ def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT):
     launcher = [sys.executable]
     if nproc:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    return run_command(launcher + list(args), timeout, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, cwd)
+    return run_command(
+        launcher + list(args), timeout, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, cwd
+    )
 
 
 def final_lines(stdout, metric="ROC AUC"):

@@ -8,6 +8,7 @@ module knows no model class. A training snapshot (`checkpoints/last.pt`)
 holds everything needed to continue a run after a crash or a torchrun
 restart, again as tensors and plain types only.
 """
+
 from dataclasses import asdict, dataclass, field
 import errno
 import glob
@@ -39,7 +40,9 @@ def _atomic(path, write):
     One writer per path (rank 0): temporaries that an earlier writer of the
     same path left behind when it was killed are removed first."""
     path = Path(path)
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.{'?' * 8}.tmp"):  # mkstemp's 8 random letters
+    for stale in path.parent.glob(
+        f".{glob.escape(path.name)}.{'?' * 8}.tmp"
+    ):  # mkstemp's 8 random letters
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -57,7 +60,9 @@ def _atomic(path, write):
 
 
 def _read_umask():
-    mask = os.umask(0o022)  # the only way to read it is to set it: once, at import, before any threads
+    mask = os.umask(
+        0o022
+    )  # the only way to read it is to set it: once, at import, before any threads
     os.umask(mask)
     return mask
 
@@ -101,13 +106,19 @@ def new_version_dir(base, job_key=None):
         versions = {int(p.name[8:]): p for p in base.glob("version_*") if p.name[8:].isdigit()}
         for number in sorted(versions) if job_key else []:
             marker, finished = versions[number] / JOB_FILE, versions[number] / "metrics.json"
-            if marker.exists() and json.loads(marker.read_text()) == job_key and not finished.exists():
+            if (
+                marker.exists()
+                and json.loads(marker.read_text()) == job_key
+                and not finished.exists()
+            ):
                 return versions[number]
         number = max(versions, default=-1)
         while True:
             number += 1
             try:
-                (base / f"version_{number}").mkdir()  # atomic: two runs starting at once get two folders
+                (
+                    base / f"version_{number}"
+                ).mkdir()  # atomic: two runs starting at once get two folders
                 break
             except FileExistsError:
                 continue
@@ -136,7 +147,9 @@ def load_state(path):
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
     except Exception as exc:  # torch raises many kinds for a damaged file
-        raise CheckpointError(f"{path}: corrupt or not a partorch checkpoint ({type(exc).__name__})") from None
+        raise CheckpointError(
+            f"{path}: corrupt or not a partorch checkpoint ({type(exc).__name__})"
+        ) from None
 
 
 # ------------------------------------------------------------ model folder
@@ -165,8 +178,10 @@ def load_model_dir(directory, build_model, device="cpu"):
     try:
         model.load_state_dict(load_state(directory / MODEL_FILE))
     except (RuntimeError, KeyError) as exc:
-        raise CheckpointError(f"{directory / MODEL_FILE} does not fit the model its JSON files describe "
-                              f"({str(exc).splitlines()[0][:200]})") from None
+        raise CheckpointError(
+            f"{directory / MODEL_FILE} does not fit the model its JSON files describe "
+            f"({str(exc).splitlines()[0][:200]})"
+        ) from None
     return model.to(device).eval(), descriptions
 
 
@@ -174,13 +189,18 @@ def load_model_dir(directory, build_model, device="cpu"):
 @dataclass
 class TrainingState:
     """Where a run stands after an epoch: what keep-best and early stopping need."""
+
     epoch: int = 0  # epochs completed
     best_epoch: int = 0
     best_score: float = -math.inf
     best_state: dict = field(default_factory=dict)  # copies of the best epoch's weights
     history: list = field(default_factory=list)  # one dict of figures per epoch
-    job: str = None  # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
-    seconds: float = 0.0  # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
+    job: str = (
+        None  # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
+    )
+    seconds: float = (
+        0.0  # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
+    )
 
     def end_epoch(self, row, model, task, seconds):
         """Count the epoch whose figures are `row`; keep the weights when its dev score is
@@ -196,7 +216,9 @@ class TrainingState:
     def patience_ran_out(self, patience):
         """Whether `patience` epochs (0: never) passed without a better dev score."""
         if patience and self.epoch - self.best_epoch >= patience:
-            log.info("no better dev score for %d epochs: stopped after epoch %d", patience, self.epoch)
+            log.info(
+                "no better dev score for %d epochs: stopped after epoch %d", patience, self.epoch
+            )
             return True
         return False
 
@@ -213,11 +235,22 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
     identifies the run (compared on resume)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_torch_save(dict(model=model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                           state=asdict(state), rng=rng_states, identity=identity), path)
+    atomic_torch_save(
+        dict(
+            model=model.state_dict(),
+            optimizer=optimizer.state_dict(),
+            scaler=scaler.state_dict(),
+            state=asdict(state),
+            rng=rng_states,
+            identity=identity,
+        ),
+        path,
+    )
 
 
-def resume_or_start(path, *, resume, worst_score, model, optimizer, scaler, identity, rank, world_size):
+def resume_or_start(
+    path, *, resume, worst_score, model, optimizer, scaler, identity, rank, world_size
+):
     """The TrainingState to train from: the snapshot at `path` loaded into
     model, optimiser, scaler and this rank's random state, or a fresh state.
 
@@ -227,13 +260,16 @@ def resume_or_start(path, *, resume, worst_score, model, optimizer, scaler, iden
     `identity` must match the snapshot's (flags that define the result,
     digests of the data): another run's snapshot is refused."""
     path = Path(path)
-    state = _snapshot_state(path, resume, worst_score, model, optimizer, scaler, identity, rank,
-                            world_size)
+    state = _snapshot_state(
+        path, resume, worst_score, model, optimizer, scaler, identity, rank, world_size
+    )
     state.job = torchrun_job_key()  # the job writing the snapshots from now on: its restarts resume
     return state
 
 
-def _snapshot_state(path, resume, worst_score, model, optimizer, scaler, identity, rank, world_size):
+def _snapshot_state(
+    path, resume, worst_score, model, optimizer, scaler, identity, rank, world_size
+):
     if not path.exists():
         if resume:
             raise CheckpointError(f"--resume: there is no snapshot at {path}")
@@ -244,10 +280,21 @@ def _snapshot_state(path, resume, worst_score, model, optimizer, scaler, identit
             f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
             "--resume, or choose another --output-dir"
         )
-    state = restore_snapshot(snapshot, model=model, optimizer=optimizer, scaler=scaler,
-                             identity=identity, rank=rank, world_size=world_size)
-    log.info("resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)",
-             state.epoch, state.best_score, state.best_epoch)
+    state = restore_snapshot(
+        snapshot,
+        model=model,
+        optimizer=optimizer,
+        scaler=scaler,
+        identity=identity,
+        rank=rank,
+        world_size=world_size,
+    )
+    log.info(
+        "resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)",
+        state.epoch,
+        state.best_score,
+        state.best_epoch,
+    )
     return state
 
 
@@ -256,26 +303,39 @@ def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, worl
     this rank's random state; return its TrainingState."""
     differences = _differences(snapshot.get("identity", {}), identity)
     if differences:
-        raise CheckpointError("the snapshot belongs to another run (" + "; ".join(differences[:8])
-                              + "); use another --output-dir, or remove its checkpoints/")
+        raise CheckpointError(
+            "the snapshot belongs to another run ("
+            + "; ".join(differences[:8])
+            + "); use another --output-dir, or remove its checkpoints/"
+        )
     if set(snapshot["model"]) != set(model.state_dict()):
         # the optimiser's state follows the parameters by position, so renamed weights (a model
         # saved by an older partorch) would hand one layer's moments to another
-        raise CheckpointError("the snapshot's weights are named differently from this model's (written by an "
-                              "older partorch?); start afresh in another --output-dir")
+        raise CheckpointError(
+            "the snapshot's weights are named differently from this model's (written by an "
+            "older partorch?); start afresh in another --output-dir"
+        )
     try:
         model.load_state_dict(snapshot["model"])
         optimizer.load_state_dict(snapshot["optimizer"])
         scaler.load_state_dict(snapshot["scaler"])
     except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"the snapshot does not fit this model and these flags ({str(exc)[:200]})") from None
+        raise CheckpointError(
+            f"the snapshot does not fit this model and these flags ({str(exc)[:200]})"
+        ) from None
     state = TrainingState(**snapshot["state"])
     if len(snapshot["rng"]) == world_size:
         restore_rng(snapshot["rng"][rank])
-    elif rank == 0:  # an elastic job that came back with more or fewer ranks: one rank's state cannot serve all
-        log.warning("warning: the snapshot was written by %d ranks and this job has %d: weights, optimiser, "
-                    "epoch and batches continue exactly, but each rank's dropout masks come from (seed, rank) "
-                    "afresh, so the run will not match an uninterrupted one", len(snapshot["rng"]), world_size)
+    elif (
+        rank == 0
+    ):  # an elastic job that came back with more or fewer ranks: one rank's state cannot serve all
+        log.warning(
+            "warning: the snapshot was written by %d ranks and this job has %d: weights, optimiser, "
+            "epoch and batches continue exactly, but each rank's dropout masks come from (seed, rank) "
+            "afresh, so the run will not match an uninterrupted one",
+            len(snapshot["rng"]),
+            world_size,
+        )
     return state
 
 
@@ -294,8 +354,11 @@ def _differences(saved, current, prefix=""):
 def capture_rng():
     """This process's random states as tensors and plain types (weights_only-safe)."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)}
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state

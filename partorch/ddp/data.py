@@ -6,6 +6,7 @@ know what the inputs are (token ids and lengths for SMILES, fingerprints in
 examples/). A dataset may carry `lengths` (one per item) for the bucket
 sampler, and a `collate` function that builds a Batch from its items.
 """
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from torch.utils.data import Dataset
 @dataclass
 class TrainingData:
     """What a script's `build_datasets` returns."""
+
     train: Dataset
     dev: Dataset
     test: Dataset
@@ -23,7 +25,9 @@ class TrainingData:
     descriptions: dict  # JSON-able, saved beside the model (e.g. {"tokenizer": ...})
     digests: dict  # name -> digest of what must be the same on every rank (split, vocabulary)
     warnings: list  # about the data, to be said once
-    tta: int = 0  # score dev and test as the mean over the given inputs and this many rewritten ones
+    tta: int = (
+        0  # score dev and test as the mean over the given inputs and this many rewritten ones
+    )
 
 
 @dataclass

@@ -5,6 +5,7 @@ The script itself calls `init_process_group`, `all_reduce`, `broadcast`,
 `barrier` and `destroy_process_group`; what is here is small enough to
 read at once and hides none of those steps.
 """
+
 import hashlib
 import json
 import os
@@ -54,15 +55,24 @@ def rendezvous(timeout):
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}  # torch's env:// then starts a new store for every attempt: no stale keys
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = _store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                                   timeout=timeout)
+    store = _store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
+    )
     if store.check([FAILED_KEY]):  # see remember_failure
-        raise DistributedError(f"{store.get(FAILED_KEY).decode()} (an earlier attempt of this torchrun job stopped "
-                               "on this; its restarts stop at once)")
-    if _job is None:  # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
+        raise DistributedError(
+            f"{store.get(FAILED_KEY).decode()} (an earlier attempt of this torchrun job stopped "
+            "on this; its restarts stop at once)"
+        )
+    if (
+        _job is None
+    ):  # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
         _job = "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
     attempt = _agree_on_attempt(store, rank, world_size, timeout)
-    return dict(store=dist.PrefixStore(f"partorch/attempt{attempt}", store), rank=rank, world_size=world_size)
+    return dict(
+        store=dist.PrefixStore(f"partorch/attempt{attempt}", store),
+        rank=rank,
+        world_size=world_size,
+    )
 
 
 _job = None  # set by rendezvous() under torchrun
@@ -115,7 +125,9 @@ def _agree_on_attempt(store, rank, world_size, timeout):
         return attempt
     nonce, deadline = uuid.uuid4().hex, time.monotonic() + timeout.total_seconds()
     while time.monotonic() < deadline:
-        attempt = int(store.get("partorch/current"))  # this attempt's, or a dead one's until rank 0 writes
+        attempt = int(
+            store.get("partorch/current")
+        )  # this attempt's, or a dead one's until rank 0 writes
         store.set(f"partorch/ack/{attempt}/{rank}", nonce)
         for _ in range(20):
             if store.check([f"partorch/go/{attempt}"]):
@@ -124,7 +136,9 @@ def _agree_on_attempt(store, rank, world_size, timeout):
                 break  # a dead attempt's answer: read the number again
             time.sleep(0.05)
         time.sleep(0.05)
-    raise DistributedError(f"rank 0 did not answer within --dist-timeout ({timeout.total_seconds():.0f} s)")
+    raise DistributedError(
+        f"rank 0 did not answer within --dist-timeout ({timeout.total_seconds():.0f} s)"
+    )
 
 
 def exit_without_teardown():
@@ -169,7 +183,9 @@ def check_on_all_ranks(work):
         error = None
     except PartorchError as exc:
         error = (str(exc), isinstance(exc, UnexpectedError))
-    except Exception as exc:  # a full disk, a bug: still one line on every rank, the details in the log
+    except (
+        Exception
+    ) as exc:  # a full disk, a bug: still one line on every rank, the details in the log
         log.exception("rank %d failed", dist.get_rank())
         error = (f"rank {dist.get_rank()} failed: {type(exc).__name__}: {exc}", True)
     errors = [e for e in all_gather_object(error) if e]
@@ -191,8 +207,10 @@ def assert_same_on_all_ranks(named_digests):
         if len(set(values)) > 1:
             groups = {v: [r for r, x in enumerate(values) if x == v] for v in values}
             detail = "; ".join(f"ranks {ranks}: {v[:12]}" for v, ranks in groups.items())
-            raise DistributedError(f"ranks disagree on the {name} ({detail}); "
-                                   "do all ranks read the same file with the same flags?")
+            raise DistributedError(
+                f"ranks disagree on the {name} ({detail}); "
+                "do all ranks read the same file with the same flags?"
+            )
 
 
 class Heartbeat:
@@ -232,5 +250,8 @@ class Heartbeat:
             while not finished.wait(self.interval):
                 dist.broadcast(working, src=0, group=self.group)
             dist.broadcast(done, src=0, group=self.group)
-        except (RuntimeError, dist.DistError):  # a peer is gone: rank 0's next collective says so, in one line
+        except (
+            RuntimeError,
+            dist.DistError,
+        ):  # a peer is gone: rank 0's next collective says so, in one line
             pass

@@ -1,5 +1,6 @@
 """The one exception type for bad input or set-up, and how a command ends on
 it: one `error: ...` line on stderr and exit status 2, never a traceback."""
+
 import logging
 import os
 import re
@@ -38,8 +39,10 @@ def run_main(main, parser):
     except (torch.distributed.DistError, RuntimeError) as exc:
         if not is_peer_failure(exc):
             raise
-        fail("lost contact with another process: it crashed, was killed, or did not answer within "
-             f"--dist-timeout ({str(exc).strip().splitlines()[0][:300]})")
+        fail(
+            "lost contact with another process: it crashed, was killed, or did not answer within "
+            f"--dist-timeout ({str(exc).strip().splitlines()[0][:300]})"
+        )
 
 
 class Failure(str):
@@ -74,8 +77,12 @@ def raise_if_failed(result):
 
 def is_peer_failure(exc):
     # gloo reports a dead or silent peer as a plain RuntimeError (an OSError's "timed out" is no peer's doing)
-    return isinstance(exc, torch.distributed.DistError) or (isinstance(exc, RuntimeError) and bool(
-        re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE)))
+    return isinstance(exc, torch.distributed.DistError) or (
+        isinstance(exc, RuntimeError)
+        and bool(
+            re.search(r"gloo|nccl|connection (closed|reset)|timed out", str(exc), re.IGNORECASE)
+        )
+    )
 
 
 def fail(message):

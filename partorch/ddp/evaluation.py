@@ -1,12 +1,15 @@
 """Model outputs over a loader, optionally averaged over rewritten inputs
 (test-time augmentation). No collectives here: which rank predicts what is
 the training script's business."""
+
 import numpy as np
 import torch
 
 from .errors import PartorchError
 
-TTA_EPOCH_OFFSET = 10**6  # the rewritten inputs' streams for test-time augmentation, apart from training epochs
+TTA_EPOCH_OFFSET = (
+    10**6
+)  # the rewritten inputs' streams for test-time augmentation, apart from training epochs
 
 
 @torch.no_grad()
@@ -16,8 +19,10 @@ def predict(model, loader, device, tta=0):
     given SMILES and `tta` random ones (the loader's order does not change:
     the sampler sorts by the given strings' lengths)."""
     if tta and not hasattr(loader.dataset, "set_epoch"):
-        raise PartorchError("--tta needs a dataset that can rewrite its molecules (set_epoch), "
-                            f"and {type(loader.dataset).__name__} cannot")
+        raise PartorchError(
+            "--tta needs a dataset that can rewrite its molecules (set_epoch), "
+            f"and {type(loader.dataset).__name__} cannot"
+        )
     model.eval()
     targets, outputs = _outputs(model, loader, device)
     for variant in range(1, tta + 1):

@@ -36,8 +36,14 @@ class _Loader(DataLoader):
 def get_dataloader(dataset, *, batch_size, shuffle=False, seed=0, num_workers=0, sampler="bucket"):
     """A loader for one process; the arguments are those of `get_ddp_dataloader`."""
     return get_ddp_dataloader(
-        dataset, rank=0, world_size=1, batch_size=batch_size, shuffle=shuffle, seed=seed,
-        num_workers=num_workers, sampler=sampler,
+        dataset,
+        rank=0,
+        world_size=1,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        num_workers=num_workers,
+        sampler=sampler,
     )
 
 

@@ -1,6 +1,7 @@
 """Logging from many processes: rank 0 tells the story on the console, every
 rank's warnings reach it tagged with the rank, and each rank keeps its own
 file `OUTPUT_DIR/logs/rank{r}.log` (never one file shared by writers)."""
+
 import logging
 import sys
 

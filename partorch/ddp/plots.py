@@ -1,6 +1,7 @@
 """Figures for people without TensorBoard: test ROC curves (classification),
 predicted against measured (regression), and the training curves.
 matplotlib is imported here only, when a figure is drawn."""
+
 import numpy as np
 
 MAX_LABELLED_CURVES = 6  # more tasks than this: curves without a legend entry each
@@ -8,14 +9,17 @@ MAX_LABELLED_CURVES = 6  # more tasks than this: curves without a legend entry e
 
 def _pyplot():
     import matplotlib
+
     matplotlib.use("Agg")  # no display on clusters and CI
     import matplotlib.pyplot as plt
+
     return plt
 
 
 def roc_figure(targets, probabilities, columns):
     """One ROC curve per task that has both classes; the title gives their mean AUC."""
     from sklearn.metrics import roc_auc_score, roc_curve
+
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(4.5, 4.5))
     aucs = []
@@ -30,7 +34,11 @@ def roc_figure(targets, probabilities, columns):
         ax.plot(fpr, tpr, label=label, alpha=1.0 if len(columns) == 1 else 0.5)
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="chance")
     title = "Test ROC curve" if len(columns) == 1 else f"Test ROC curves ({len(aucs)} tasks)"
-    ax.set(xlabel="false positive rate", ylabel="true positive rate", title=f"{title}, AUC {np.mean(aucs):.3f}")
+    ax.set(
+        xlabel="false positive rate",
+        ylabel="true positive rate",
+        title=f"{title}, AUC {np.mean(aucs):.3f}",
+    )
     ax.legend(loc="lower right", fontsize=7)
     figure.tight_layout()
     return figure
@@ -41,8 +49,13 @@ def parity_figure(targets, predictions, columns):
     figure, ax = plt.subplots(figsize=(4.5, 4.5))
     for j, column in enumerate(columns):
         present = ~np.isnan(targets[:, j])
-        ax.scatter(targets[present, j], predictions[present, j], s=8, alpha=0.6,
-                   label=column if len(columns) <= MAX_LABELLED_CURVES else None)
+        ax.scatter(
+            targets[present, j],
+            predictions[present, j],
+            s=8,
+            alpha=0.6,
+            label=column if len(columns) <= MAX_LABELLED_CURVES else None,
+        )
     low, high = np.nanmin(targets), np.nanmax(targets)
     ax.plot([low, high], [low, high], linestyle="--", color="grey", label="perfect")
     ax.set(xlabel="measured", ylabel="predicted", title="Test set: predicted against measured")
@@ -53,14 +66,19 @@ def parity_figure(targets, predictions, columns):
 
 def training_curves_figure(history, best_epoch, score_name="roc_auc", score_title="ROC AUC"):
     from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     epochs = [row["epoch"] for row in history]
     figure, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     loss_ax.plot(epochs, [row["train_loss"] for row in history], label="train")
     for split, colour in (("dev", "C1"), ("test", "C2")):
         if f"{split}_loss" in history[0]:
-            loss_ax.plot(epochs, [row[f"{split}_loss"] for row in history], label=split, color=colour)
-            score_ax.plot(epochs, [row[f"{split}_{score_name}"] for row in history], label=split, color=colour)
+            loss_ax.plot(
+                epochs, [row[f"{split}_loss"] for row in history], label=split, color=colour
+            )
+            score_ax.plot(
+                epochs, [row[f"{split}_{score_name}"] for row in history], label=split, color=colour
+            )
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
     score_ax.set(xlabel="epoch", ylabel=score_title, title=score_title)
     for ax in (loss_ax, score_ax):

@@ -1,6 +1,7 @@
 """The end of a run, written by rank 0 alone: the model folder,
 `metrics.json`, figures as PNG files, and TensorBoard's test figures and
 hparams. No collectives here."""
+
 import json
 from pathlib import Path
 
@@ -16,10 +17,18 @@ MEASURED = ("train_samples_per_second", "wall_seconds")
 def metrics_record(task, state, test_metrics, run):
     """metrics.json's content: `test_<score>`, `best_dev_<score>` and the run's figures."""
     score = task.score_name
-    return {f"test_{score}": test_metrics[score], "test_loss": test_metrics["loss"],
-            f"best_dev_{score}": state.best_score, "best_epoch": state.best_epoch,
-            "epochs_completed": state.epoch, **run, "task": task.kind, "label_columns": task.columns,
-            "test_metrics": test_metrics, "history": state.history}
+    return {
+        f"test_{score}": test_metrics[score],
+        "test_loss": test_metrics["loss"],
+        f"best_dev_{score}": state.best_score,
+        "best_epoch": state.best_epoch,
+        "epochs_completed": state.epoch,
+        **run,
+        "task": task.kind,
+        "label_columns": task.columns,
+        "test_metrics": test_metrics,
+        "history": state.history,
+    }
 
 
 def write_report(output_dir, *, writer, task, state, test, run, descriptions):
@@ -39,14 +48,25 @@ def write_report(output_dir, *, writer, task, state, test, run, descriptions):
     atomic_write_json(metrics, output / "metrics.json")
     _figures(output, writer, task, state, targets, task.predictions(outputs))
     writer.add_scalar("Loss/test_at_best_epoch", test_metrics["loss"], state.best_epoch)
-    writer.add_scalar(f"{task.score_tag}/test_at_best_epoch", test_metrics[task.score_name], state.best_epoch)
+    writer.add_scalar(
+        f"{task.score_tag}/test_at_best_epoch", test_metrics[task.score_name], state.best_epoch
+    )
     measured = {k: v for k, v in run.items() if k in MEASURED}
-    final = {f"hparam/test_{task.score_name}": test_metrics[task.score_name],
-             f"hparam/best_dev_{task.score_name}": state.best_score, **{f"hparam/{k}": v for k, v in measured.items()}}
-    write_hparams(writer, {**descriptions.get("hparams", {}), **{k: v for k, v in run.items() if k not in measured}},
-                  final)
+    final = {
+        f"hparam/test_{task.score_name}": test_metrics[task.score_name],
+        f"hparam/best_dev_{task.score_name}": state.best_score,
+        **{f"hparam/{k}": v for k, v in measured.items()},
+    }
+    write_hparams(
+        writer,
+        {**descriptions.get("hparams", {}), **{k: v for k, v in run.items() if k not in measured}},
+        final,
+    )
     writer.close()
-    log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k not in ("history", "test_metrics")}))
+    log.info(
+        "metrics: %s",
+        json.dumps({k: v for k, v in metrics.items() if k not in ("history", "test_metrics")}),
+    )
     return test_metrics
 
 
@@ -55,6 +75,7 @@ def write_hparams(writer, hparams, metrics):
     its curves (as Lightning's logger does; `add_hparams` would start another
     run in a subfolder, which TensorBoard lists apart from the curves)."""
     from torch.utils.tensorboard.summary import hparams as hparams_summary
+
     flat = _flat(hparams)
     for summary in hparams_summary(flat, metrics):
         writer.file_writer.add_summary(summary)
@@ -70,21 +91,37 @@ def _flat(hparams, prefix=""):
         if isinstance(value, dict):
             flat.update(_flat(value, f"{prefix}{key}."))
         else:
-            flat[prefix + key] = value if isinstance(value, (int, float, str, bool)) else (
-                ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+            flat[prefix + key] = (
+                value
+                if isinstance(value, (int, float, str, bool))
+                else (",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+            )
     return flat
 
 
 def _figures(output, writer, task, state, targets, predictions):
-    from .plots import roc_figure, parity_figure, save_figure, training_curves_figure
+    from .plots import parity_figure, roc_figure, save_figure, training_curves_figure
+
     if task.kind == "classification":
         if len(task.columns) == 1:
             present = ~np.isnan(targets[:, 0])
-            writer.add_pr_curve("PR/test", targets[present, 0], predictions[present, 0], state.best_epoch)
-        figure, name, tag = roc_figure(targets, predictions, task.columns), "roc_curve.png", "ROC/test"
+            writer.add_pr_curve(
+                "PR/test", targets[present, 0], predictions[present, 0], state.best_epoch
+            )
+        figure, name, tag = (
+            roc_figure(targets, predictions, task.columns),
+            "roc_curve.png",
+            "ROC/test",
+        )
     else:
-        figure, name, tag = parity_figure(targets, predictions, task.columns), "parity.png", "Parity/test"
+        figure, name, tag = (
+            parity_figure(targets, predictions, task.columns),
+            "parity.png",
+            "Parity/test",
+        )
     figure.savefig(output / name, dpi=110)
     writer.add_figure(tag, figure, state.best_epoch)  # also closes the figure
-    save_figure(training_curves_figure(state.history, state.best_epoch, task.score_name, task.score_title),
-                output / "training_curves.png")
+    save_figure(
+        training_curves_figure(state.history, state.best_epoch, task.score_name, task.score_title),
+        output / "training_curves.png",
+    )

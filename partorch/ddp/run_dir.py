@@ -33,7 +33,9 @@ def prepare_run_dir(output_dir, default_base):
 def _agreed_folder(output_dir, default_base, job_key):
     rank = dist.get_rank()
     if output_dir is None:
-        pick = [run_or_report(lambda: new_version_dir(default_base, job_key)) if rank == 0 else None]
+        pick = [
+            run_or_report(lambda: new_version_dir(default_base, job_key)) if rank == 0 else None
+        ]
         dist.broadcast_object_list(pick, src=0)
         output_dir = raise_if_failed(pick[0])
     output = Path(output_dir)

@@ -6,6 +6,7 @@ number of steps (a rank with one batch more would wait forever in an
 all-reduce its peers never start). `set_epoch` must be called every epoch,
 with the same epoch on every rank.
 """
+
 import numpy as np
 from torch.utils.data import BatchSampler, DistributedSampler
 
@@ -34,7 +35,9 @@ class LengthBucketBatchSampler:
     def __init__(self, lengths, batch_size, *, world_size=1, rank=0, shuffle=False, seed=0):
         check_divisible(batch_size, world_size)
         if shuffle and len(lengths) < world_size:
-            raise DataError(f"{len(lengths)} training molecules are too few for {world_size} processes")
+            raise DataError(
+                f"{len(lengths)} training molecules are too few for {world_size} processes"
+            )
         self.lengths = np.asarray(lengths)
         self.batch_size, self.world_size, self.rank = batch_size, world_size, rank
         self.shuffle, self.seed = shuffle, seed
@@ -46,15 +49,17 @@ class LengthBucketBatchSampler:
     def global_batches(self):
         if not self.shuffle:
             order = np.argsort(self.lengths, kind="stable")
-            return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         rng = np.random.default_rng([self.seed, self.epoch])
         order = rng.permutation(len(self.lengths))
-        order = order[np.argsort(self.lengths[order], kind="stable")]  # by length; random within a length
+        order = order[
+            np.argsort(self.lengths[order], kind="stable")
+        ]  # by length; random within a length
         groups = np.split(order, np.flatnonzero(np.diff(self.lengths[order])) + 1)
         size = self.batch_size
-        batches = [g[i:i + size] for g in groups for i in range(0, len(g) - size + 1, size)]
-        leftovers = np.concatenate([g[len(g) - len(g) % size:] for g in groups])
-        batches += [leftovers[i:i + size] for i in range(0, len(leftovers), size)]
+        batches = [g[i : i + size] for g in groups for i in range(0, len(g) - size + 1, size)]
+        leftovers = np.concatenate([g[len(g) - len(g) % size :] for g in groups])
+        batches += [leftovers[i : i + size] for i in range(0, len(leftovers), size)]
         # A last batch smaller than the world would leave some rank with
         # nothing to do, and that rank would skip the gradient all-reduce:
         # merge it into the one before. The threshold does not depend on the
@@ -66,7 +71,7 @@ class LengthBucketBatchSampler:
 
     def __iter__(self):
         for batch in self.global_batches():
-            mine = batch[self.rank::self.world_size].tolist()
+            mine = batch[self.rank :: self.world_size].tolist()
             if mine:
                 yield mine
 
@@ -81,7 +86,9 @@ class DistributedRandomBatchSampler(BatchSampler):
 
     def __init__(self, size, batch_size, *, world_size=1, rank=0, shuffle=False, seed=0):
         check_divisible(batch_size, world_size)
-        self.shards = DistributedSampler(range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
+        self.shards = DistributedSampler(
+            range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed
+        )
         super().__init__(self.shards, batch_size // world_size, drop_last=False)
 
     def set_epoch(self, epoch):

@@ -1,6 +1,7 @@
 """The chemistry that needs RDKit: parsing checks, canonical SMILES,
 Bemis-Murcko scaffolds, Morgan fingerprints, random SMILES. RDKit is imported
 inside each function, so that modules which only import this one load fast."""
+
 import numpy as np
 
 from ..ddp.errors import PartorchError
@@ -37,9 +38,12 @@ def scaffold_groups(smiles):
     first. This is DeepChem's order, so that its scaffold split is reproduced."""
     Chem = _rdkit()
     from rdkit.Chem.Scaffolds import MurckoScaffold
+
     groups = {}
     for i, s in enumerate(smiles):
-        groups.setdefault(MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []).append(i)
+        groups.setdefault(
+            MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []
+        ).append(i)
     return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 
 
@@ -47,6 +51,7 @@ def morgan_fingerprints(smiles, radius=2, bits=2048):
     """One row of bits per molecule; all zeros where RDKit cannot parse it."""
     Chem = _rdkit()
     from rdkit.Chem import rdFingerprintGenerator
+
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
     rows = np.zeros((len(smiles), bits), dtype=np.uint8)
     for i, s in enumerate(smiles):
@@ -78,5 +83,7 @@ def augmentation_vocabulary_strings(smiles_list, rounds=5, seed=0):
     turn @ into @@), and ring-closure labels up to %19."""
     rng = np.random.default_rng(seed)
     variants = [s for _ in range(rounds) for s in random_smiles(smiles_list, rng)]
-    flipped = [s.replace("@@", "\0").replace("@", "@@").replace("\0", "@") for s in smiles_list + variants]
+    flipped = [
+        s.replace("@@", "\0").replace("@", "@@").replace("\0", "@") for s in smiles_list + variants
+    ]
     return variants + flipped + ["0123456789" + "".join(f"%{n}" for n in range(10, 20))]

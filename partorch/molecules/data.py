@@ -45,8 +45,14 @@ def molecule_data(
     def subset(indices, rewritable):  # a molecule's random SMILES come from (seed, epoch, its row)
         return smiles_dataset(table.smiles, table.labels, vocabulary, indices, rewritable, seed)
 
-    log.info("%s: train %d, dev %d, test %d molecules (%s split)", path, len(splits.train),
-             len(splits.dev), len(splits.test), split)
+    log.info(
+        "%s: train %d, dev %d, test %d molecules (%s split)",
+        path,
+        len(splits.train),
+        len(splits.dev),
+        len(splits.test),
+        split,
+    )
     return TrainingData(
         subset(splits.train, augment),
         subset(splits.dev, tta > 0),

@@ -2,6 +2,7 @@
 rewritten as random SMILES each epoch. Their batches are `Batch((token ids,
 lengths), targets)`; the `lengths` let the bucket sampler group molecules of
 similar length."""
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -57,7 +58,9 @@ class AugmentedSmilesDataset(SmilesDataset):
     def __init__(self, smiles_list, labels, tokenizer, seed=0, keys=None):
         super().__init__(smiles_list, labels, tokenizer)
         self.smiles, self.seed, self.epoch = list(smiles_list), seed, None
-        self.keys = np.arange(len(self.smiles)) if keys is None else np.asarray(keys, dtype=np.int64)
+        self.keys = (
+            np.arange(len(self.smiles)) if keys is None else np.asarray(keys, dtype=np.int64)
+        )
 
     def set_epoch(self, epoch):
         self.epoch = epoch

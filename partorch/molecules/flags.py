@@ -23,17 +23,36 @@ def add_molecule_flags(data, model=None):
     given, the SMILES network's flags to the group `model`."""
     add_split_flags(data)
     add = data.add_argument
-    add("--tokenizer", choices=["smiles", "bytes"], default="smiles",
-        help="atom-level SMILES regex or fixed ASCII bytes")
-    add("--augment", action="store_true",
-        help="each epoch, write every training molecule as a fresh random SMILES")
-    add("--tta", type=int, default=0, metavar="K",
-        help="score dev and test as the mean over the given SMILES and K random ones")
-    add("--validate-smiles", action="store_true",
-        help="with --smiles-form raw: drop (with a warning naming the rows) SMILES RDKit cannot parse")
-    add("--class-weight", choices=CLASS_WEIGHTS, default="none",
+    add(
+        "--tokenizer",
+        choices=["smiles", "bytes"],
+        default="smiles",
+        help="atom-level SMILES regex or fixed ASCII bytes",
+    )
+    add(
+        "--augment",
+        action="store_true",
+        help="each epoch, write every training molecule as a fresh random SMILES",
+    )
+    add(
+        "--tta",
+        type=int,
+        default=0,
+        metavar="K",
+        help="score dev and test as the mean over the given SMILES and K random ones",
+    )
+    add(
+        "--validate-smiles",
+        action="store_true",
+        help="with --smiles-form raw: drop (with a warning naming the rows) SMILES RDKit cannot parse",
+    )
+    add(
+        "--class-weight",
+        choices=CLASS_WEIGHTS,
+        default="none",
         help="balanced: each label column's positives weighted in the loss by its training "
-             "negatives per positive, for rare classes (classification only)")
+        "negatives per positive, for rare classes (classification only)",
+    )
     if model is not None:
         add_rnn_flags(model)
 
@@ -43,26 +62,51 @@ def add_split_flags(data):
     add = data.add_argument
     add("dataset", help="CSV file with a SMILES column and one or more label columns")
     add("--smiles-column", default="smiles", help="column holding SMILES")
-    add("--label-column", nargs="+", default=["p_np"], metavar="COLUMN",
+    add(
+        "--label-column",
+        nargs="+",
+        default=["p_np"],
+        metavar="COLUMN",
         help="label column(s), separated by spaces or commas; several columns train one output "
-             "each (multi-task), empty cells are missing labels")
-    add("--task", choices=TASK_KINDS, default="auto",
+        "each (multi-task), empty cells are missing labels",
+    )
+    add(
+        "--task",
+        choices=TASK_KINDS,
+        default="auto",
         help="classification (0/1 labels, ROC AUC), regression (RMSE), or auto: classification "
-             "when every label is 0 or 1")
-    add("--smiles-form", choices=SMILES_FORMS, default="canonical",
+        "when every label is 0 or 1",
+    )
+    add(
+        "--smiles-form",
+        choices=SMILES_FORMS,
+        default="canonical",
         help="canonical: every SMILES rewritten by RDKit, so the model reads the molecule, not "
-             "the style its source wrote it in; rows RDKit cannot parse are dropped with a "
-             "warning. raw: the file's strings as they are")
-    add("--strict", action="store_true",
+        "the style its source wrote it in; rows RDKit cannot parse are dropped with a "
+        "warning. raw: the file's strings as they are",
+    )
+    add(
+        "--strict",
+        action="store_true",
         help="rows without any label, or whose SMILES RDKit cannot parse (whenever they are "
-             "parsed), are an error instead of being dropped")
-    add("--split", choices=SPLITS, default="stratified",
+        "parsed), are an error instead of being dropped",
+    )
+    add(
+        "--split",
+        choices=SPLITS,
+        default="stratified",
         help="stratified (by class; random for regression and several tasks), random, scaffold "
-             "(Bemis-Murcko groups, largest to train, then dev, then test: DeepChem's, "
-             "seed-independent) or scaffold_balanced (chemprop's: big groups first, the rest "
-             "shuffled by the seed)")
-    add("--split-sizes", type=_split_sizes, default=DEFAULT_SIZES, metavar="TRAIN,DEV,TEST",
-        help="fractions of the molecules; papers' scaffold figures use 0.8,0.1,0.1")
+        "(Bemis-Murcko groups, largest to train, then dev, then test: DeepChem's, "
+        "seed-independent) or scaffold_balanced (chemprop's: big groups first, the rest "
+        "shuffled by the seed)",
+    )
+    add(
+        "--split-sizes",
+        type=_split_sizes,
+        default=DEFAULT_SIZES,
+        metavar="TRAIN,DEV,TEST",
+        help="fractions of the molecules; papers' scaffold figures use 0.8,0.1,0.1",
+    )
 
 
 def add_rnn_flags(model):
@@ -70,6 +114,15 @@ def add_rnn_flags(model):
     add("--embedding-dim", type=FlagParser.positive(int), default=128, help="token embedding size")
     add("--d-model", type=FlagParser.positive(int), default=128, help="hidden size")
     add("--num-layers", type=FlagParser.positive(int), default=3, help="recurrent layers")
-    add("--bidirectional", action=argparse.BooleanOptionalAction, default=True,
-        help="read molecules in both directions")
-    add("--dropout", type=FlagParser.fraction, default=0.2, help="dropout between layers and in the head")
+    add(
+        "--bidirectional",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read molecules in both directions",
+    )
+    add(
+        "--dropout",
+        type=FlagParser.fraction,
+        default=0.2,
+        help="dropout between layers and in the head",
+    )

@@ -1,4 +1,5 @@
 """Model outputs for new SMILES, written as the model was trained on them."""
+
 import numpy as np
 
 from ..ddp.evaluation import predict
@@ -25,7 +26,9 @@ def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles
         elif smiles and not unknown:
             encodable.append(i)
         else:
-            failures.append((i, f"unknown tokens {unknown} in {smiles!r}" if smiles else "empty SMILES"))
+            failures.append(
+                (i, f"unknown tokens {unknown} in {smiles!r}" if smiles else "empty SMILES")
+            )
     if not encodable:
         return np.full((len(smiles_list), getattr(model, "num_outputs", 1)), np.nan), failures
     dataset = smiles_dataset([written[i] for i in encodable], np.zeros(len(encodable)), tokenizer)

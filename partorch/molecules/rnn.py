@@ -2,6 +2,7 @@
 
 No optimizer, no loss and no distributed logic live here.
 """
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -25,7 +26,9 @@ def reverse_each(x, lengths):
 def lstm_runs_in_bfloat16(device):
     """Whether `device` has bfloat16 LSTM kernels (--amp bf16): oneDNN's need
     AVX-512 on x86 CPUs, and on AVX2-only CPUs the call fails."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # the seeded stream stays put
+    with torch.random.fork_rng(
+        devices=[device] if device.type == "cuda" else []
+    ):  # the seeded stream stays put
         lstm = nn.LSTM(2, 2).to(device)
         try:
             with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -39,26 +42,51 @@ def _rename_per_layer_weights(state_dict, prefix, *_):
     """Models saved before the fused LSTM held one single-layer LSTM per layer
     and direction (forward_layers.1.weight_ih_l0): their weights, renamed, are
     this model's (lstm.weight_ih_l1), so their folders still load."""
-    for key in [k for k in state_dict if k.startswith((f"{prefix}forward_layers.", f"{prefix}backward_layers."))]:
-        group, layer, name = key[len(prefix):].split(".")
+    for key in [
+        k
+        for k in state_dict
+        if k.startswith((f"{prefix}forward_layers.", f"{prefix}backward_layers."))
+    ]:
+        group, layer, name = key[len(prefix) :].split(".")
         suffix = "_reverse" if group == "backward_layers" else ""
-        state_dict[f"{prefix}lstm.{name.removesuffix('_l0')}_l{layer}{suffix}"] = state_dict.pop(key)
+        state_dict[f"{prefix}lstm.{name.removesuffix('_l0')}_l{layer}{suffix}"] = state_dict.pop(
+            key
+        )
 
 
 class RNNPredictor(nn.Module):
-    def __init__(self, vocab_size, *, embedding_dim=128, d_model=128, num_layers=3,
-                 bidirectional=True, dropout=0.2, num_outputs=1):
+    def __init__(
+        self,
+        vocab_size,
+        *,
+        embedding_dim=128,
+        d_model=128,
+        num_layers=3,
+        bidirectional=True,
+        dropout=0.2,
+        num_outputs=1,
+    ):
         super().__init__()
         self.bidirectional, self.num_outputs = bidirectional, num_outputs
         directions = 2 if bidirectional else 1
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
         # All layers and directions in one nn.LSTM: a batch of one length runs it as a single
         # fused call (oneDNN, cuDNN); batches of mixed lengths run its weights layer by layer.
-        self.lstm = nn.LSTM(embedding_dim, d_model, num_layers, batch_first=True, bidirectional=bidirectional,
-                            dropout=dropout if num_layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            embedding_dim,
+            d_model,
+            num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Sequential(
-            nn.Linear(directions * d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, num_outputs))
+            nn.Linear(directions * d_model, d_model),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_model, num_outputs),
+        )
         self._register_load_state_dict_pre_hook(_rename_per_layer_weights)
 
     @staticmethod
@@ -66,7 +94,9 @@ class RNNPredictor(nn.Module):
         """Stop before training when `--amp bf16` meets a device without bfloat16 LSTM kernels."""
         if amp == "bf16" and not lstm_runs_in_bfloat16(device):
             kind = device.type.upper()
-            raise PartorchError(f"--amp bf16: this {kind} has no bfloat16 LSTM kernels; use --amp off")
+            raise PartorchError(
+                f"--amp bf16: this {kind} has no bfloat16 LSTM kernels; use --amp off"
+            )
 
     def encode(self, tokens, lengths):
         """Last-layer summary: forward state at the last token, plus the
@@ -95,7 +125,11 @@ class RNNPredictor(nn.Module):
                 x = self.dropout(x)  # where nn.LSTM applies its dropout: between layers
             outputs = [self._run_layer(x, layer, "")]
             if self.bidirectional:
-                outputs.append(reverse_each(self._run_layer(reverse_each(x, lengths), layer, "_reverse"), lengths))
+                outputs.append(
+                    reverse_each(
+                        self._run_layer(reverse_each(x, lengths), layer, "_reverse"), lengths
+                    )
+                )
             x = torch.cat(outputs, dim=-1)
         last = (lengths.to(x.device) - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
         forward_final = x.gather(1, last).squeeze(1)
@@ -107,10 +141,14 @@ class RNNPredictor(nn.Module):
 
     def _run_layer(self, x, layer, direction):
         """One layer, one direction of self.lstm, on [batch, time, features]."""
-        weights = [getattr(self.lstm, f"{name}_l{layer}{direction}")
-                   for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        weights = [
+            getattr(self.lstm, f"{name}_l{layer}{direction}")
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
         zeros = x.new_zeros(1, x.shape[0], self.lstm.hidden_size)
-        output, _, _ = torch.lstm(x, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True)
+        output, _, _ = torch.lstm(
+            x, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True
+        )
         return output
 
     def forward(self, tokens, lengths):

@@ -1,12 +1,13 @@
 """Train / dev / test indices. The same inputs give the same split on every
 rank, so no rank has to send its split to another."""
+
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from .chem import scaffold_groups
 from ..ddp.errors import DataError
+from .chem import scaffold_groups
 
 DEFAULT_SIZES = (0.72, 0.18, 0.10)  # the tutorial's: 10 % test, then 20 % of the rest dev
 SPLITS = ("stratified", "random", "scaffold", "scaffold_balanced")
@@ -29,11 +30,15 @@ def parse_sizes(text):
     except ValueError:
         raise ValueError(f"expected three fractions such as 0.8,0.1,0.1, got {text!r}") from None
     if len(sizes) != 3 or not all(0 < s < 1 for s in sizes) or abs(sum(sizes) - 1) > 1e-6:
-        raise ValueError(f"expected three fractions > 0 that sum to 1 (train,dev,test), got {text!r}")
+        raise ValueError(
+            f"expected three fractions > 0 that sum to 1 (train,dev,test), got {text!r}"
+        )
     return sizes
 
 
-def split_indices(count, seed, method="stratified", *, classes=None, smiles=None, sizes=DEFAULT_SIZES):
+def split_indices(
+    count, seed, method="stratified", *, classes=None, smiles=None, sizes=DEFAULT_SIZES
+):
     """Indices of `count` molecules in three sorted, disjoint arrays, of about
     `sizes` (train, dev, test fractions) of them.
 
@@ -54,8 +59,10 @@ def split_indices(count, seed, method="stratified", *, classes=None, smiles=None
     if classes is not None:
         counts = np.bincount(np.asarray(classes), minlength=2)
         if counts.min() == 0:
-            raise DataError(f"all {len(classes)} molecules have label {int(np.argmax(counts))}: "
-                            "ROC AUC needs both classes")
+            raise DataError(
+                f"all {len(classes)} molecules have label {int(np.argmax(counts))}: "
+                "ROC AUC needs both classes"
+            )
     if method in ("scaffold", "scaffold_balanced"):
         if smiles is None:
             raise DataError("the scaffold split needs the SMILES")
@@ -77,21 +84,33 @@ def _require_both_classes(classes, splits, method):
     for name in ("train", "dev", "test"):
         part = getattr(splits, name)
         if len(np.unique(classes[part])) < 2:
-            raise DataError(f"the {method} split leaves the {name} set ({len(part)} molecules) with one class only")
+            raise DataError(
+                f"the {method} split leaves the {name} set ({len(part)} molecules) with one class only"
+            )
 
 
 def _random_split(count, seed, sizes, stratify):
     if stratify is not None and np.bincount(stratify, minlength=2).min() < 5:
         rare = int(np.argmin(np.bincount(stratify, minlength=2)))
-        raise DataError(f"only {int((stratify == rare).sum())} molecules of class {rare}: "
-                        "too few to stratify into train, dev and test (need at least 5)")
+        raise DataError(
+            f"only {int((stratify == rare).sum())} molecules of class {rare}: "
+            "too few to stratify into train, dev and test (need at least 5)"
+        )
     everything = np.arange(count)
-    dev_share_of_rest = round(sizes[1] / (sizes[0] + sizes[1]), 12)  # 0.18 / 0.9 is 0.2, not 0.19999...
+    dev_share_of_rest = round(
+        sizes[1] / (sizes[0] + sizes[1]), 12
+    )  # 0.18 / 0.9 is 0.2, not 0.19999...
     try:
-        visible, test = train_test_split(everything, test_size=sizes[2], shuffle=True, random_state=seed,
-                                         stratify=stratify)
-        train, dev = train_test_split(visible, test_size=dev_share_of_rest, shuffle=True, random_state=seed,
-                                      stratify=None if stratify is None else stratify[visible])
+        visible, test = train_test_split(
+            everything, test_size=sizes[2], shuffle=True, random_state=seed, stratify=stratify
+        )
+        train, dev = train_test_split(
+            visible,
+            test_size=dev_share_of_rest,
+            shuffle=True,
+            random_state=seed,
+            stratify=None if stratify is None else stratify[visible],
+        )
     except ValueError as exc:
         raise DataError(f"cannot split {count} molecules: {exc}") from None
     return Splits(np.sort(train), np.sort(dev), np.sort(test))
@@ -101,7 +120,9 @@ def _balanced_order(groups, count, sizes, seed):
     rng = np.random.default_rng(seed)
     big = [g for g in groups if len(g) > min(sizes[1], sizes[2]) * count / 2]
     small = [g for g in groups if len(g) <= min(sizes[1], sizes[2]) * count / 2]
-    return [big[i] for i in rng.permutation(len(big))] + [small[i] for i in rng.permutation(len(small))]
+    return [big[i] for i in rng.permutation(len(big))] + [
+        small[i] for i in rng.permutation(len(small))
+    ]
 
 
 def _fill_in_order(groups, count, sizes):
@@ -125,7 +146,9 @@ def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
     single_class_column = task_kind == "classification" and len(table.label_columns) == 1
     classes = table.labels[:, 0].astype(int) if single_class_column else None
     try:
-        return split_indices(len(table.smiles), seed, method, classes=classes, smiles=table.smiles, sizes=sizes)
+        return split_indices(
+            len(table.smiles), seed, method, classes=classes, smiles=table.smiles, sizes=sizes
+        )
     except DataError as exc:
         raise DataError(f"{table.source}: {exc}") from None
 
@@ -133,5 +156,10 @@ def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
 def describe_split(table, splits, method, seed, sizes):
     """splits.json, saved beside a model: which rows of the file (as an editor
     numbers them, the header is row 1) went where, and how they were chosen."""
-    return {"split": method, "seed": seed, "sizes": list(sizes), "rows_of": table.source,
-            **{name: table.rows[getattr(splits, name)].tolist() for name in ("train", "dev", "test")}}
+    return {
+        "split": method,
+        "seed": seed,
+        "sizes": list(sizes),
+        "rows_of": table.source,
+        **{name: table.rows[getattr(splits, name)].tolist() for name in ("train", "dev", "test")},
+    }

@@ -1,6 +1,7 @@
 """Reading and validating a CSV of molecules: one SMILES column, one or more
 numeric label columns. Every problem names the file, the column and the rows
 (numbered as a text editor shows them: the header is row 1)."""
+
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -42,8 +43,10 @@ def read_frame(path):
     try:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file (BBBP ships in dataset/; python dataset/place_data.py "
-                        "HIV|SIDER|ESOL|Lipophilicity downloads the others)") from None
+        raise DataError(
+            f"{path}: no such file (BBBP ships in dataset/; python dataset/place_data.py "
+            "HIV|SIDER|ESOL|Lipophilicity downloads the others)"
+        ) from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, expected a CSV file") from None
     except pd.errors.EmptyDataError:
@@ -69,7 +72,9 @@ def resolve_columns(requested, columns, path):
                     pieces = pieces[end:]
                     break
             else:
-                raise DataError(f"{path}: no column {pieces[0].strip()!r}; the columns are {list(columns)}")
+                raise DataError(
+                    f"{path}: no column {pieces[0].strip()!r}; the columns are {list(columns)}"
+                )
     if len(set(resolved)) < len(resolved):
         raise DataError(f"{path}: a label column is named twice in {resolved}")
     return resolved
@@ -82,13 +87,21 @@ def _parse_numbers(path, frame, columns, rows):
     if bad.any():
         cells = [(rows[r], columns[c], frame[columns].iat[r, c]) for r, c in zip(*np.nonzero(bad))]
         shown = "; ".join(f"row {row}: {value!r}" for row, _, value in cells[:5])
-        raise DataError(f"{path}: column {cells[0][1]!r} must hold numbers; {int(bad.sum())} cells do not, "
-                        f"first: {shown}")
+        raise DataError(
+            f"{path}: column {cells[0][1]!r} must hold numbers; {int(bad.sum())} cells do not, "
+            f"first: {shown}"
+        )
     return values
 
 
-def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), strict=False, parse=False,
-                      smiles_form="raw"):
+def read_molecule_csv(
+    path,
+    smiles_column="smiles",
+    label_columns=("p_np",),
+    strict=False,
+    parse=False,
+    smiles_form="raw",
+):
     """Validated SMILES and numeric labels. A row with no label at all is
     dropped with a warning (an error when `strict`); with several label
     columns, single empty cells stay as NaN (a missing label, masked later).
@@ -98,24 +111,32 @@ def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), str
     keeps the file's. With "canonical" or `parse`, rows RDKit cannot parse are
     dropped with a warning naming them (an error when `strict`)."""
     if smiles_form not in SMILES_FORMS:
-        raise DataError(f"unknown SMILES form {smiles_form!r}: choose one of {', '.join(SMILES_FORMS)}")
+        raise DataError(
+            f"unknown SMILES form {smiles_form!r}: choose one of {', '.join(SMILES_FORMS)}"
+        )
     frame = read_frame(path)
     if smiles_column not in frame.columns:
-        raise DataError(f"{path}: no column {smiles_column!r}; the columns are {list(frame.columns)}")
+        raise DataError(
+            f"{path}: no column {smiles_column!r}; the columns are {list(frame.columns)}"
+        )
     columns = resolve_columns(list(label_columns), frame.columns, path)
     rows = np.arange(len(frame)) + 2
     warnings = []
     unlabelled = frame[columns].isna().all(axis=1).to_numpy()
     if unlabelled.any():
-        message = (f"{path}: {int(unlabelled.sum())} rows have no {' or '.join(map(repr, columns))} label, "
-                   f"first rows {first_rows(rows[unlabelled])}")
+        message = (
+            f"{path}: {int(unlabelled.sum())} rows have no {' or '.join(map(repr, columns))} label, "
+            f"first rows {first_rows(rows[unlabelled])}"
+        )
         if strict:
             raise DataError(message)
         warnings.append(message + "; they are dropped")
         frame, rows = frame[~unlabelled], rows[~unlabelled]
     empty = frame[smiles_column].fillna("").str.strip().eq("").to_numpy()
     if empty.any():
-        raise DataError(f"{path}: empty SMILES in column {smiles_column!r} at rows {first_rows(rows[empty])}")
+        raise DataError(
+            f"{path}: empty SMILES in column {smiles_column!r} at rows {first_rows(rows[empty])}"
+        )
     if len(frame) == 0:
         raise DataError(f"{path}: no molecules (header only?)")
     smiles = frame[smiles_column].str.strip().tolist()
@@ -124,17 +145,23 @@ def read_molecule_csv(path, smiles_column="smiles", label_columns=("p_np",), str
     if parse or smiles_form == "canonical":
         table = _parsed(table, strict, smiles_form == "canonical")
     # after canonicalising: one molecule written in two styles is one molecule
-    return replace(table, warnings=table.warnings + _repeat_warnings(path, table.smiles, table.labels))
+    return replace(
+        table, warnings=table.warnings + _repeat_warnings(path, table.smiles, table.labels)
+    )
 
 
 def _parsed(table, strict, canonical):
     written = canonical_smiles(table.smiles)
     bad = [i for i, s in enumerate(written) if s is None]
     if bad and strict:
-        raise DataError(f"{table.source}: {len(bad)} rows have SMILES that RDKit cannot parse: "
-                        f"rows {first_rows(table.rows[bad], 11)}")
+        raise DataError(
+            f"{table.source}: {len(bad)} rows have SMILES that RDKit cannot parse: "
+            f"rows {first_rows(table.rows[bad], 11)}"
+        )
     if canonical:
-        table = replace(table, smiles=[given if s is None else s for given, s in zip(table.smiles, written)])
+        table = replace(
+            table, smiles=[given if s is None else s for given, s in zip(table.smiles, written)]
+        )
     return drop_rows(table, bad, "have SMILES that RDKit cannot parse")
 
 
@@ -142,13 +169,20 @@ def _repeat_warnings(path, smiles, labels):
     """Molecules given more than once: a random split can put copies in train and test."""
     counts = pd.Series(smiles).value_counts()
     repeated = counts[counts > 1]
-    warnings = [f"{path}: {len(repeated)} SMILES appear more than once ({int(repeated.sum() - len(repeated))} "
-                "extra rows); a random or stratified split can put copies of one molecule in train and test"
-                ] if len(repeated) else []
+    warnings = (
+        [
+            f"{path}: {len(repeated)} SMILES appear more than once ({int(repeated.sum() - len(repeated))} "
+            "extra rows); a random or stratified split can put copies of one molecule in train and test"
+        ]
+        if len(repeated)
+        else []
+    )
     if labels.shape[1] == 1:
         by_smiles = pd.Series(labels[:, 0]).groupby(pd.Series(smiles)).nunique()
         conflicting = int((by_smiles > 1).sum())
-        warnings += [f"{path}: {conflicting} SMILES appear with different labels"] if conflicting else []
+        warnings += (
+            [f"{path}: {conflicting} SMILES appear with different labels"] if conflicting else []
+        )
     return warnings
 
 
@@ -158,5 +192,11 @@ def drop_rows(table, positions, reason):
         return table
     keep = np.setdiff1d(np.arange(len(table.smiles)), positions)
     warning = f"{table.source}: {len(positions)} rows {reason}, dropped: rows {first_rows(table.rows[positions], 11)}"
-    return MoleculeTable([table.smiles[i] for i in keep], table.labels[keep], table.label_columns,
-                         table.rows[keep], table.warnings + [warning], table.source)
+    return MoleculeTable(
+        [table.smiles[i] for i in keep],
+        table.labels[keep],
+        table.label_columns,
+        table.rows[keep],
+        table.warnings + [warning],
+        table.source,
+    )

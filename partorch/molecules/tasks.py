@@ -7,6 +7,7 @@ original units).
 The training loop only calls `task.loss(outputs, targets)` (a sum, see
 there), `task.metrics(targets, outputs)` and `task.is_better(a, b)`.
 """
+
 import math
 
 import numpy as np
@@ -38,7 +39,9 @@ class Task:
         build would be a copy from the host)."""
         key = (name, like.dtype, like.device)
         if key not in self._tensors:
-            self._tensors[key] = torch.as_tensor(getattr(self, name), dtype=like.dtype, device=like.device)
+            self._tensors[key] = torch.as_tensor(
+                getattr(self, name), dtype=like.dtype, device=like.device
+            )
         return self._tensors[key]
 
     @property
@@ -60,17 +63,27 @@ class Task:
     def metrics(self, targets, outputs):
         """{"loss", score_name, ...}: the score is the mean over the tasks
         that can be scored; "per_task" is added when there are several."""
-        targets, outputs = np.asarray(targets, dtype=np.float64), np.asarray(outputs, dtype=np.float64)
+        targets, outputs = (
+            np.asarray(targets, dtype=np.float64),
+            np.asarray(outputs, dtype=np.float64),
+        )
         present = ~np.isnan(targets)
         with torch.no_grad():
-            cells = self.cell_losses(torch.as_tensor(outputs), torch.as_tensor(np.where(present, targets, 0.0)))
+            cells = self.cell_losses(
+                torch.as_tensor(outputs), torch.as_tensor(np.where(present, targets, 0.0))
+            )
         predictions = self.predictions(outputs)
-        per_task = {column: self.task_metrics(targets[present[:, j], j], predictions[present[:, j], j])
-                    for j, column in enumerate(self.columns)}
+        per_task = {
+            column: self.task_metrics(targets[present[:, j], j], predictions[present[:, j], j])
+            for j, column in enumerate(self.columns)
+        }
         scored = [m[self.score_name] for m in per_task.values() if self.score_name in m]
         if not scored:
             raise EvaluationError(f"no task can be scored: {self.score_title} needs {self.needs}")
-        result = {"loss": float(cells.numpy()[present].mean()), self.score_name: float(np.mean(scored))}
+        result = {
+            "loss": float(cells.numpy()[present].mean()),
+            self.score_name: float(np.mean(scored)),
+        }
         if len(self.columns) == 1:
             return {**result, **per_task[self.columns[0]]}
         return {**result, "tasks_scored": len(scored), "per_task": per_task}
@@ -79,15 +92,23 @@ class Task:
         """Stop before training when no task could be scored on this split."""
         targets = np.asarray(targets, dtype=np.float64)
         if not any(self.scorable(t[~np.isnan(t)]) for t in targets.T):
-            raise DataError(f"the {name} set ({len(targets)} molecules) has no task that can be scored: "
-                            f"{self.score_title} needs {self.needs}; use more data or another seed")
+            raise DataError(
+                f"the {name} set ({len(targets)} molecules) has no task that can be scored: "
+                f"{self.score_title} needs {self.needs}; use more data or another seed"
+            )
 
     def figures(self, split, metrics):
         """Flat figures of one split for an epoch's log: loss, score, and the score per task."""
-        figures = {f"{split}_loss": metrics["loss"], f"{split}_{self.score_name}": metrics[self.score_name]}
+        figures = {
+            f"{split}_loss": metrics["loss"],
+            f"{split}_{self.score_name}": metrics[self.score_name],
+        }
         if "per_task" in metrics:
-            figures[f"{split}_per_task"] = {column: m[self.score_name] for column, m in metrics["per_task"].items()
-                                            if self.score_name in m}
+            figures[f"{split}_per_task"] = {
+                column: m[self.score_name]
+                for column, m in metrics["per_task"].items()
+                if self.score_name in m
+            }
         return figures
 
     def scalars(self, row):
@@ -119,7 +140,9 @@ class BinaryClassification(Task):
         """positive_weight: one per column, multiplying the loss of its
         positive cells (None: 1, the plain cross-entropy)."""
         super().__init__(columns)
-        self.positive_weight = None if positive_weight is None else [float(w) for w in positive_weight]
+        self.positive_weight = (
+            None if positive_weight is None else [float(w) for w in positive_weight]
+        )
 
     @classmethod
     def balanced(cls, columns, labels):
@@ -127,12 +150,18 @@ class BinaryClassification(Task):
         positive: a rare class (HIV's 3.5 %) then carries half the loss."""
         labels = np.asarray(labels, dtype=np.float64).reshape(len(labels), -1)
         positives, negatives = (labels == 1).sum(axis=0), (labels == 0).sum(axis=0)
-        return cls(columns, np.where((positives > 0) & (negatives > 0), negatives / np.maximum(positives, 1), 1.0))
+        return cls(
+            columns,
+            np.where((positives > 0) & (negatives > 0), negatives / np.maximum(positives, 1), 1.0),
+        )
 
     def cell_losses(self, outputs, targets):
-        weight = None if self.positive_weight is None else self._constant("positive_weight", outputs)
-        return nn.functional.binary_cross_entropy_with_logits(outputs, targets.to(outputs.dtype), reduction="none",
-                                                              pos_weight=weight)
+        weight = (
+            None if self.positive_weight is None else self._constant("positive_weight", outputs)
+        )
+        return nn.functional.binary_cross_entropy_with_logits(
+            outputs, targets.to(outputs.dtype), reduction="none", pos_weight=weight
+        )
 
     def predictions(self, outputs):
         """Probabilities of class 1."""
@@ -148,6 +177,7 @@ class BinaryClassification(Task):
 
     def task_metrics(self, targets, probabilities):
         from sklearn.metrics import roc_auc_score
+
         if not self.scorable(targets):
             return {"molecules": len(targets)}  # ROC AUC undefined: left out of the mean
         return {"roc_auc": float(roc_auc_score(targets, probabilities)), "molecules": len(targets)}
@@ -197,11 +227,14 @@ class Regression(Task):
         if not self.scorable(targets):
             return {"molecules": 0}
         errors = predictions - targets
-        result = {"rmse": float(np.sqrt(np.mean(errors ** 2))), "mae": float(np.mean(np.abs(errors))),
-                  "molecules": len(targets)}
+        result = {
+            "rmse": float(np.sqrt(np.mean(errors**2))),
+            "mae": float(np.mean(np.abs(errors))),
+            "molecules": len(targets),
+        }
         spread = np.sum((targets - targets.mean()) ** 2)
         if spread > 0:
-            result["r2"] = float(1 - np.sum(errors ** 2) / spread)
+            result["r2"] = float(1 - np.sum(errors**2) / spread)
         return result
 
     def to_dict(self):
@@ -238,18 +271,27 @@ def choose_task_kind(requested, table):
         if share < 1.0:
             _reject_non_binary(table)
         kind, why = "classification", "every label is 0 or 1"
-    log.info("task: %s on %s (%s)", kind, ", ".join(table.label_columns),
-             why if requested == "auto" else f"--task {requested}")
+    log.info(
+        "task: %s on %s (%s)",
+        kind,
+        ", ".join(table.label_columns),
+        why if requested == "auto" else f"--task {requested}",
+    )
     return kind
 
 
 def _reject_non_binary(table):
     bad = ~np.isnan(table.labels) & ~np.isin(table.labels, (0.0, 1.0))
     molecule, column = np.nonzero(bad)
-    examples = [f"row {table.rows[m]}: {f'{table.labels[m, c]:g}'!r}" for m, c in zip(molecule[:5], column[:5])]
-    raise DataError(f"{table.source}: column {table.label_columns[column[0]]!r} must hold 0 or 1 for "
-                    f"classification; {int(bad.sum())} cells do not, first: {'; '.join(examples)} "
-                    "(--task regression treats the labels as numbers)")
+    examples = [
+        f"row {table.rows[m]}: {f'{table.labels[m, c]:g}'!r}"
+        for m, c in zip(molecule[:5], column[:5])
+    ]
+    raise DataError(
+        f"{table.source}: column {table.label_columns[column[0]]!r} must hold 0 or 1 for "
+        f"classification; {int(bad.sum())} cells do not, first: {'; '.join(examples)} "
+        "(--task regression treats the labels as numbers)"
+    )
 
 
 def build_task(kind, table, splits, class_weight="none"):
@@ -257,9 +299,13 @@ def build_task(kind, table, splits, class_weight="none"):
     classes their weights, from the training split), after checking that
     dev and test can be scored."""
     if class_weight not in CLASS_WEIGHTS:
-        raise DataError(f"unknown class weight {class_weight!r}: choose one of {', '.join(CLASS_WEIGHTS)}")
+        raise DataError(
+            f"unknown class weight {class_weight!r}: choose one of {', '.join(CLASS_WEIGHTS)}"
+        )
     if class_weight != "none" and kind != "classification":
-        raise DataError(f"{table.source}: --class-weight {class_weight} weighs classes; this is a {kind} task")
+        raise DataError(
+            f"{table.source}: --class-weight {class_weight} weighs classes; this is a {kind} task"
+        )
     if kind == "classification" and class_weight == "balanced":
         task = BinaryClassification.balanced(table.label_columns, table.labels[splits.train])
     elif kind == "classification":

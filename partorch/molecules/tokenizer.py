@@ -5,11 +5,12 @@ Two tokenizers share one small interface (`encode`, `decode`, `vocab_size`,
 from the *whole* data set before any sharding and sorted, so every rank that
 reads the same file builds the same vocabulary.
 """
+
 import json
 import re
 
-from .chem import augmentation_vocabulary_strings
 from ..ddp.errors import PartorchError
+from .chem import augmentation_vocabulary_strings
 
 PAD, UNK = "<pad>", "<unk>"
 
@@ -103,8 +104,10 @@ def build_tokenizer(kind, table, random_smiles=False):
         raise TokenizerError(f"unknown tokenizer {kind!r}: choose 'smiles' or 'bytes'")
     bad_rows = [row for s, row in zip(table.smiles, table.rows) if not tokenizer.can_encode(s)]
     if bad_rows:
-        raise TokenizerError(f"{table.source}: the {kind} tokenizer cannot encode the SMILES "
-                             f"at rows {', '.join(map(str, bad_rows[:5]))}")
+        raise TokenizerError(
+            f"{table.source}: the {kind} tokenizer cannot encode the SMILES "
+            f"at rows {', '.join(map(str, bad_rows[:5]))}"
+        )
     return tokenizer
 
 

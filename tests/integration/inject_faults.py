@@ -11,6 +11,7 @@ earlier fault: between the job's attempts). ACTION is `kill` (SIGKILL) or
 `stop` (SIGSTOP: alive to the kernel, silent to its peers). Each fault
 fires once per job: the first time, it leaves a file in FAULT_DIR.
 """
+
 import io
 import os
 from pathlib import Path
@@ -23,8 +24,10 @@ import torch
 import partorch.ddp.evaluation
 import partorch.ddp.sampler
 
-FAULTS = [dict(zip(("rank", "point", "epoch", "action"), spec.split(":")), number=i)
-          for i, spec in enumerate(os.environ["FAULTS"].split(";"))]
+FAULTS = [
+    dict(zip(("rank", "point", "epoch", "action"), spec.split(":")), number=i)
+    for i, spec in enumerate(os.environ["FAULTS"].split(";"))
+]
 FIRED = Path(os.environ["FAULT_DIR"])
 RANK = os.environ.get("RANK", "0")
 now = {"epoch": 0, "steps": 0}
@@ -33,7 +36,11 @@ now = {"epoch": 0, "steps": 0}
 def claim(point, epoch=None):
     """The fault this rank meets here, now marked as fired; None if none (or it fired before)."""
     for fault in FAULTS:
-        if fault["rank"] != RANK or fault["point"] != point or (epoch is not None and int(fault["epoch"]) != epoch):
+        if (
+            fault["rank"] != RANK
+            or fault["point"] != point
+            or (epoch is not None and int(fault["epoch"]) != epoch)
+        ):
             continue
         try:
             os.close(os.open(FIRED / str(fault["number"]), os.O_CREAT | os.O_EXCL))
@@ -59,6 +66,7 @@ def patch(cls, name, before):
     def patched(*args, **kwargs):
         before(*args, **kwargs)
         return original(*args, **kwargs)
+
     setattr(cls, name, patched)
 
 
@@ -76,11 +84,13 @@ _save = torch.save
 
 
 def half_then_fault(obj, f, *args, **kwargs):
-    fault = claim("snapshot", obj["state"]["epoch"]) if isinstance(obj, dict) and "rng" in obj else None
+    fault = (
+        claim("snapshot", obj["state"]["epoch"]) if isinstance(obj, dict) and "rng" in obj else None
+    )
     if fault:
         buffer = io.BytesIO()
         _save(obj, buffer, *args, **kwargs)
-        f.write(buffer.getvalue()[:len(buffer.getvalue()) // 2])
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
         f.flush()
         fire(fault)
     return _save(obj, f, *args, **kwargs)
@@ -88,7 +98,10 @@ def half_then_fault(obj, f, *args, **kwargs):
 
 if any(FIRED.iterdir()):
     meet("restart")
-for sampler in (partorch.ddp.sampler.LengthBucketBatchSampler, partorch.ddp.sampler.DistributedRandomBatchSampler):
+for sampler in (
+    partorch.ddp.sampler.LengthBucketBatchSampler,
+    partorch.ddp.sampler.DistributedRandomBatchSampler,
+):
     patch(sampler, "set_epoch", on_epoch)
 patch(torch.amp.GradScaler, "step", on_step)
 patch(partorch.ddp.evaluation, "predict", lambda *a, **k: meet("evaluation", now["epoch"]))

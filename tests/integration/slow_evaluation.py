@@ -4,6 +4,7 @@ set. Before each pass the process writes its pid to SLOW_EVALUATION_MARKER
 (when set), so a test can act on it while it evaluates. With EVALUATION_ERROR
 set, rank 0's passes fail with that message instead (a PartorchError), as bad
 input met by rank 0 alone would."""
+
 import os
 from pathlib import Path
 import runpy

@@ -1,16 +1,15 @@
 """benchmarks/accuracy.py: runs its grid for real (the forest cells: seconds
 each), resumes, records every run in its ledger and writes the tables from it."""
+
 import json
 import re
 import shutil
 import statistics
 
-import pytest
-
+from helpers import BENCHMARKS, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, run_script
 import pandas as pd
+import pytest
 from sklearn.metrics import roc_auc_score
-
-from helpers import FAST_FLAGS, ROOT, BENCHMARKS, SCRIPTS, SINGLE, run_script
 
 REPORT = BENCHMARKS / "accuracy.py"
 CELL = "BBBP/stratified_0.72-0.18-0.1"
@@ -24,12 +23,18 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     first = run_script([REPORT, "--only", f"{CELL}/forest", *flags], timeout=280)
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.count("running ") == 2
-    forest = [json.loads((runs / CELL / "forest_canonical" / f"seed_{s}" / "metrics.json").read_text())["test_roc_auc"]
-              for s in (1, 2)]
+    forest = [
+        json.loads((runs / CELL / "forest_canonical" / f"seed_{s}" / "metrics.json").read_text())[
+            "test_roc_auc"
+        ]
+        for s in (1, 2)
+    ]
     text = doc.read_text()
     row = f"| stratified 72/18/10 | forest | 1, 2 | {statistics.mean(forest):.3f} +- {statistics.stdev(forest):.3f} |"
     assert row in text
-    assert "- BBBP stratified 72/18/10, network, canonical SMILES: seeds 1, 2" in text  # not run yet, and said so
+    assert (
+        "- BBBP stratified 72/18/10, network, canonical SMILES: seeds 1, 2" in text
+    )  # not run yet, and said so
 
     again = run_script([REPORT, "--only", f"{CELL}/forest", *flags], timeout=60)
     assert again.returncode == 0 and "running " not in again.stdout  # done runs are not run again
@@ -44,26 +49,43 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     done = run_script([REPORT, "--write-only", "--recipes", "augment", "long", *flags], timeout=60)
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
-    assert "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the default " \
-           "network's mean (seeds 1, 2)" in doc.read_text()
+    assert (
+        "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the default "
+        "network's mean (seeds 1, 2)" in doc.read_text()
+    )
     assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
     # the default is chosen by dev, whatever test says, with its cost beside it
-    assert "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a run, the " \
-           "defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag." in doc.read_text()
-    assert "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 min a run, " \
-           "the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a candidate for the " \
-           "default." in doc.read_text()
+    assert (
+        "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a run, the "
+        "defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag." in doc.read_text()
+    )
+    assert (
+        "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 min a run, "
+        "the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a candidate for the "
+        "default." in doc.read_text()
+    )
 
     # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
     kept = json.loads(ledger.read_text())
-    assert sorted(kept) == sorted(f"{CELL}/{model}/seed_{s}" for s in (1, 2)
-                                  for model in ("forest_canonical", "network_canonical", "network_canonical_augment",
-                                                "network_canonical_long"))
+    assert sorted(kept) == sorted(
+        f"{CELL}/{model}/seed_{s}"
+        for s in (1, 2)
+        for model in (
+            "forest_canonical",
+            "network_canonical",
+            "network_canonical_augment",
+            "network_canonical_long",
+        )
+    )
     assert [kept[f"{CELL}/forest_canonical/seed_{s}"]["test"] for s in (1, 2)] == forest
-    assert all(0 < kept[f"{CELL}/forest_canonical/seed_{s}"]["seconds"] < 300 for s in (1, 2))  # the run's own clock
+    assert all(
+        0 < kept[f"{CELL}/forest_canonical/seed_{s}"]["seconds"] < 300 for s in (1, 2)
+    )  # the run's own clock
     before = doc.read_text()
     shutil.rmtree(runs)
-    moved = run_script([REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", "long", *flags], timeout=60)
+    moved = run_script(
+        [REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", "long", *flags], timeout=60
+    )
     assert moved.returncode == 0 and "running " not in moved.stdout, moved.stderr
     assert doc.read_text() == before
 
@@ -79,27 +101,69 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
 def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.9, seconds=60):
     """A finished network run's folder; its splits.json the forest's, or (forest_splits=False) a made-up one."""
     forest = runs / CELL / "forest_canonical" / f"seed_{seed}"
-    network = runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
+    network = (
+        runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
+    )
     network.mkdir(parents=True)
     made_up = json.dumps({"train": [0], "dev": [1], "test": [2]})
     splits = (forest / "splits.json").read_text() if forest_splits else made_up
     (network / "splits.json").write_text(splits)
-    (network / "metrics.json").write_text(json.dumps({"test_roc_auc": score, "best_dev_roc_auc": dev, "best_epoch": 7,
-                                                      "wall_seconds": seconds, "task": "classification",
-                                                      "label_columns": ["p_np"]}))
+    (network / "metrics.json").write_text(
+        json.dumps(
+            {
+                "test_roc_auc": score,
+                "best_dev_roc_auc": dev,
+                "best_epoch": 7,
+                "wall_seconds": seconds,
+                "task": "classification",
+                "label_columns": ["p_np"],
+            }
+        )
+    )
 
 
 @pytest.mark.timeout(300)
-def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend_on_the_seed(tmp_path):
+def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend_on_the_seed(
+    tmp_path,
+):
     runs, doc, ledger = tmp_path / "runs", tmp_path / "accuracy.md", tmp_path / "ledger.json"
     folders = [runs / SCAFFOLD / "network_canonical" / f"seed_{seed}" for seed in (1, 2)]
-    for seed, folder in zip((1, 2), folders):  # small networks, trained for real where the report keeps its runs
-        trained = run_script([SINGLE, ROOT / "dataset" / "BBBP.csv", "--split", "scaffold", "--split-sizes",
-                              "0.8,0.1,0.1", "--seed", seed, "--output-dir", folder, *FAST_FLAGS], timeout=120)
+    for seed, folder in zip(
+        (1, 2), folders
+    ):  # small networks, trained for real where the report keeps its runs
+        trained = run_script(
+            [
+                SINGLE,
+                ROOT / "dataset" / "BBBP.csv",
+                "--split",
+                "scaffold",
+                "--split-sizes",
+                "0.8,0.1,0.1",
+                "--seed",
+                seed,
+                "--output-dir",
+                folder,
+                *FAST_FLAGS,
+            ],
+            timeout=120,
+        )
         assert trained.returncode == 0, trained.stderr[-2000:]
-    written = run_script([REPORT, "--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc,
-                          "--ledger", ledger],
-                         timeout=120)
+    written = run_script(
+        [
+            REPORT,
+            "--write-only",
+            "--seeds",
+            "1",
+            "2",
+            "--runs",
+            runs,
+            "--doc",
+            doc,
+            "--ledger",
+            ledger,
+        ],
+        timeout=120,
+    )
     assert written.returncode == 0, written.stderr[-2000:]
 
     ensemble = json.loads(ledger.read_text())[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"]
@@ -110,21 +174,31 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     test.to_csv(tmp_path / "test.csv", index=False)
     each = []
     for folder in folders:
-        predicted = run_script([SCRIPTS / "predict.py", folder, tmp_path / "test.csv", "--output", tmp_path / "p.csv"])
+        predicted = run_script(
+            [SCRIPTS / "predict.py", folder, tmp_path / "test.csv", "--output", tmp_path / "p.csv"]
+        )
         assert predicted.returncode == 0, predicted.stderr
         each.append(pd.read_csv(tmp_path / "p.csv")["p_np"].to_numpy())
         own = json.loads((folder / "metrics.json").read_text())["test_roc_auc"]
-        assert roc_auc_score(test["p_np"].astype(int), each[-1]) == pytest.approx(own, abs=1e-4)  # the run's test rows
+        assert roc_auc_score(test["p_np"].astype(int), each[-1]) == pytest.approx(
+            own, abs=1e-4
+        )  # the run's test rows
     assert not (each[0] == each[1]).all()
-    assert ensemble["test"] == pytest.approx(roc_auc_score(test["p_np"].astype(int), (each[0] + each[1]) / 2), abs=1e-4)
+    assert ensemble["test"] == pytest.approx(
+        roc_auc_score(test["p_np"].astype(int), (each[0] + each[1]) / 2), abs=1e-4
+    )
     assert ensemble["seeds"] == [1, 2] and 0 < ensemble["dev"] <= 1
-    assert f"| scaffold (DeepChem, seed-independent) 80/10/10 | network, ensemble of 2 seeds | 1, 2 | " \
-           f"{ensemble['test']:.3f} | - | {ensemble['dev']:.3f} |" in doc.read_text()
+    assert (
+        f"| scaffold (DeepChem, seed-independent) 80/10/10 | network, ensemble of 2 seeds | 1, 2 | "
+        f"{ensemble['test']:.3f} | - | {ensemble['dev']:.3f} |" in doc.read_text()
+    )
 
     # each seed's predictions are kept beside the ledger: the ensemble is scored again from them alone,
     # with the run folders and the data gone (seeds run on different machines)
-    kept = [tmp_path / "ledger_predictions" / SCAFFOLD / "network_canonical" / f"seed_{seed}.json.gz"
-            for seed in (1, 2)]
+    kept = [
+        tmp_path / "ledger_predictions" / SCAFFOLD / "network_canonical" / f"seed_{seed}.json.gz"
+        for seed in (1, 2)
+    ]
     assert all(path.exists() for path in kept)
     # a run redone in its folder since its predictions were kept (its ledger entry is older): kept again
     original = kept[1].read_bytes()
@@ -132,20 +206,52 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     entries = json.loads(ledger.read_text())
     entries[f"{SCAFFOLD}/network_canonical/seed_2"]["seconds"] += 1
     ledger.write_text(json.dumps(entries))
-    redone = run_script([REPORT, "--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc, "--ledger", ledger],
-                        timeout=120)
+    redone = run_script(
+        [
+            REPORT,
+            "--write-only",
+            "--seeds",
+            "1",
+            "2",
+            "--runs",
+            runs,
+            "--doc",
+            doc,
+            "--ledger",
+            ledger,
+        ],
+        timeout=120,
+    )
     assert redone.returncode == 0, redone.stderr[-2000:]
-    assert kept[1].read_bytes() == original  # the same model predicts the same bytes (gzip without a time stamp)
+    assert (
+        kept[1].read_bytes() == original
+    )  # the same model predicts the same bytes (gzip without a time stamp)
     shutil.rmtree(runs)
     entries = json.loads(ledger.read_text())
     del entries[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"]
     ledger.write_text(json.dumps(entries))
     empty = tmp_path / "empty"
     empty.mkdir()
-    flags = ["--write-only", "--seeds", "1", "2", "--runs", runs, "--doc", doc, "--ledger", ledger, "--data-dir", empty]
+    flags = [
+        "--write-only",
+        "--seeds",
+        "1",
+        "2",
+        "--runs",
+        runs,
+        "--doc",
+        doc,
+        "--ledger",
+        ledger,
+        "--data-dir",
+        empty,
+    ]
     again = run_script([REPORT, *flags], timeout=60)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert json.loads(ledger.read_text())[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"] == ensemble
+    assert (
+        json.loads(ledger.read_text())[f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2"]
+        == ensemble
+    )
 
     # a kept file that is not the ledger's run (left by a run redone since) is refused, not averaged
     entries = json.loads(ledger.read_text())
@@ -157,16 +263,20 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     assert refused.returncode != 0
     [line] = refused.stderr.strip().splitlines()
     assert line.startswith(f"error: {kept[1]}: its test roc_auc ")
-    assert line.endswith(f" is not the ledger's {entries[f'{SCAFFOLD}/network_canonical/seed_2']['test']:.4f} for "
-                         f"{SCAFFOLD}/network_canonical/seed_2; delete the file, or redo the run")
+    assert line.endswith(
+        f" is not the ledger's {entries[f'{SCAFFOLD}/network_canonical/seed_2']['test']:.4f} for "
+        f"{SCAFFOLD}/network_canonical/seed_2; delete the file, or redo the run"
+    )
     assert doc.read_text() == before
 
     # with a seed's predictions missing (its run kept none, its folder is gone) the ensemble is left out, and said so
     kept[1].unlink()
     partial = run_script([REPORT, *flags], timeout=60)
     assert partial.returncode == 0, partial.stderr[-2000:]
-    assert f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: no predictions kept for seed 2 " \
-           in partial.stdout
+    assert (
+        f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: no predictions kept for seed 2 "
+        in partial.stdout
+    )
     assert "network, ensemble of" not in doc.read_text()
 
 
@@ -175,15 +285,35 @@ def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledg
     """docs/accuracy.md's figures come from the ledger by its own command, not from a hand edit: the command
     named in its first lines, run with --write-only on a copy of the ledger, writes the same text again."""
     committed = (ROOT / "docs" / "accuracy.md").read_text()
-    command = committed.split("Written by `python benchmarks/accuracy.py", 1)[1].split("`", 1)[0].split()
+    command = (
+        committed.split("Written by `python benchmarks/accuracy.py", 1)[1].split("`", 1)[0].split()
+    )
     ledger, doc, empty = tmp_path / "ledger.json", tmp_path / "accuracy.md", tmp_path / "empty"
     empty.mkdir()
     shutil.copy(ROOT / "docs" / "accuracy_runs.json", ledger)
     # no run folders and no placed data here: the tables must come from the ledger alone
-    result = run_script([REPORT, *command, "--write-only", "--ledger", ledger, "--doc", doc, "--runs", empty,
-                         "--data-dir", empty], timeout=100)
+    result = run_script(
+        [
+            REPORT,
+            *command,
+            "--write-only",
+            "--ledger",
+            ledger,
+            "--doc",
+            doc,
+            "--runs",
+            empty,
+            "--data-dir",
+            empty,
+        ],
+        timeout=100,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert ledger.read_bytes() == (ROOT / "docs" / "accuracy_runs.json").read_bytes()
-    written = re.sub(r"recorded in `[^`]*ledger.json`", "recorded in `docs/accuracy_runs.json`", doc.read_text(),
-                     count=1)
+    written = re.sub(
+        r"recorded in `[^`]*ledger.json`",
+        "recorded in `docs/accuracy_runs.json`",
+        doc.read_text(),
+        count=1,
+    )
     assert written == committed

@@ -1,11 +1,20 @@
 """Every bad input: one `error:` line on every rank, non-zero exit, no
 traceback from our code, no hang, and nothing in the output folder touched."""
+
 import os
 import sys
 
+from helpers import (
+    DDP,
+    FAST_FLAGS,
+    FAULT_TOLERANT,
+    SINGLE,
+    error_lines,
+    our_traceback,
+    run_command,
+    run_script,
+)
 import pytest
-
-from helpers import DDP, FAST_FLAGS, FAULT_TOLERANT, SINGLE, error_lines, our_traceback, run_command, run_script
 
 
 def _balanced_rows(n, label=lambda i: i % 2):
@@ -19,31 +28,73 @@ CASES = {
     "empty file": ("", [], "the file is empty"),
     "header only": ("smiles,p_np\n", [], "no molecules"),
     "binary bytes": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\xff", [], "binary data, not a CSV"),
-    "no smiles column": ("smi,p_np\nCC,1\n", [], "no column 'smiles'; the columns are ['smi', 'p_np']"),
-    "no label column": ("smiles,label\nCC,1\n", [], "no column 'p_np'; the columns are ['smiles', 'label']"),
-    "label 2 among 0/1": ("smiles,p_np\n" + _balanced_rows(20) + "CO,2\n", [],
-                          "column 'p_np' must hold 0 or 1 for classification; 1 cells do not, first: row 22: '2'"),
-    "label yes": ("smiles,p_np\nCC,yes\nCO,0\n", [], "must hold numbers; 1 cells do not, first: row 2: 'yes'"),
-    "label 0.5, classification": ("smiles,p_np\n" + _balanced_rows(20) + "CN,0.5\n", ["--task", "classification"],
-                                  "row 22: '0.5'"),
-    "one of two label columns missing": ("smiles,p_np\nCC,1\n", ["--label-column", "p_np,nope"],
-                                         "no column 'nope'; the columns are ['smiles', 'p_np']"),
-    "missing label, strict": ("smiles,p_np\nCC,1\nCO,\n" + _balanced_rows(20), ["--strict"],
-                              "1 rows have no 'p_np' label, first rows 3"),
+    "no smiles column": (
+        "smi,p_np\nCC,1\n",
+        [],
+        "no column 'smiles'; the columns are ['smi', 'p_np']",
+    ),
+    "no label column": (
+        "smiles,label\nCC,1\n",
+        [],
+        "no column 'p_np'; the columns are ['smiles', 'label']",
+    ),
+    "label 2 among 0/1": (
+        "smiles,p_np\n" + _balanced_rows(20) + "CO,2\n",
+        [],
+        "column 'p_np' must hold 0 or 1 for classification; 1 cells do not, first: row 22: '2'",
+    ),
+    "label yes": (
+        "smiles,p_np\nCC,yes\nCO,0\n",
+        [],
+        "must hold numbers; 1 cells do not, first: row 2: 'yes'",
+    ),
+    "label 0.5, classification": (
+        "smiles,p_np\n" + _balanced_rows(20) + "CN,0.5\n",
+        ["--task", "classification"],
+        "row 22: '0.5'",
+    ),
+    "one of two label columns missing": (
+        "smiles,p_np\nCC,1\n",
+        ["--label-column", "p_np,nope"],
+        "no column 'nope'; the columns are ['smiles', 'p_np']",
+    ),
+    "missing label, strict": (
+        "smiles,p_np\nCC,1\nCO,\n" + _balanced_rows(20),
+        ["--strict"],
+        "1 rows have no 'p_np' label, first rows 3",
+    ),
     "empty smiles": ("smiles,p_np\nCC,1\n,0\n", [], "empty SMILES in column 'smiles' at rows 3"),
-    "unencodable character": ("smiles,p_np\n" + _balanced_rows(20) + "CCé,1\n",
-                              ["--tokenizer", "bytes", "--smiles-form", "raw"],
-                              "the bytes tokenizer cannot encode the SMILES at rows 22"),
-    "unparsable SMILES, strict": ("smiles,p_np\n" + _balanced_rows(20) + "C1CC,1\n", ["--strict"],
-                                  "data.csv: 1 rows have SMILES that RDKit cannot parse: rows 22"),
-    "one class": ("smiles,p_np\n" + _balanced_rows(30, lambda i: 1), [], "all 30 molecules have label 1"),
-    "no task with both classes": ("smiles,a,b\n" + _balanced_rows(40, lambda i: "1,0"), ["--label-column", "a,b"],
-                                  "the dev set (8 molecules) has no task that can be scored: ROC AUC needs both classes"),
-    "one class in a split": ("smiles,p_np\n" + _balanced_rows(40, lambda i: int(i < 4)), [],
-                             "only 4 molecules of class 1"),
+    "unencodable character": (
+        "smiles,p_np\n" + _balanced_rows(20) + "CCé,1\n",
+        ["--tokenizer", "bytes", "--smiles-form", "raw"],
+        "the bytes tokenizer cannot encode the SMILES at rows 22",
+    ),
+    "unparsable SMILES, strict": (
+        "smiles,p_np\n" + _balanced_rows(20) + "C1CC,1\n",
+        ["--strict"],
+        "data.csv: 1 rows have SMILES that RDKit cannot parse: rows 22",
+    ),
+    "one class": (
+        "smiles,p_np\n" + _balanced_rows(30, lambda i: 1),
+        [],
+        "all 30 molecules have label 1",
+    ),
+    "no task with both classes": (
+        "smiles,a,b\n" + _balanced_rows(40, lambda i: "1,0"),
+        ["--label-column", "a,b"],
+        "the dev set (8 molecules) has no task that can be scored: ROC AUC needs both classes",
+    ),
+    "one class in a split": (
+        "smiles,p_np\n" + _balanced_rows(40, lambda i: int(i < 4)),
+        [],
+        "only 4 molecules of class 1",
+    ),
     "too few molecules": ("smiles,p_np\n" + _balanced_rows(10), [], "cannot split 10 molecules"),
-    "batch not divisible": ("smiles,p_np\n" + _balanced_rows(60), ["--batch-size", "33"],
-                            "batch size 33 is not divisible by world size 2"),
+    "batch not divisible": (
+        "smiles,p_np\n" + _balanced_rows(60),
+        ["--batch-size", "33"],
+        "batch size 33 is not divisible by world size 2",
+    ),
 }
 
 
@@ -65,8 +116,11 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
     output = tmp_path / "out"
     output.mkdir()
     (output / "metrics.json").write_text("from an earlier run")
-    result = run_script([DDP, _dataset(tmp_path, name, contents), "--output-dir", output, *FAST_FLAGS, *flags],
-                        nproc=2, timeout=80)
+    result = run_script(
+        [DDP, _dataset(tmp_path, name, contents), "--output-dir", output, *FAST_FLAGS, *flags],
+        nproc=2,
+        timeout=80,
+    )
     assert result.returncode != 0
     errors = error_lines(result.stderr)
     assert len(errors) == 2, result.stderr[-2000:]
@@ -78,8 +132,11 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
 
 def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
     from partorch.molecules.table import read_molecule_csv
+
     path = tmp_path / "d.csv"
-    path.write_text("smiles,p_np\nCC,1\nC(C),0\nCO,\nCN,1\nNC,1\n")  # ethane and methylamine, twice each
+    path.write_text(
+        "smiles,p_np\nCC,1\nC(C),0\nCO,\nCN,1\nNC,1\n"
+    )  # ethane and methylamine, twice each
     raw = read_molecule_csv(path, smiles_form="raw").warnings
     assert any("1 rows have no 'p_np' label" in w and "dropped" in w for w in raw)
     assert not any("appear" in w for w in raw)  # as strings, all different
@@ -88,7 +145,9 @@ def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
     assert any("1 SMILES appear with different labels" in w for w in canonical)
 
 
-@pytest.mark.parametrize("flags", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], ["--dropout", "1.5"]])
+@pytest.mark.parametrize(
+    "flags", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], ["--dropout", "1.5"]]
+)
 def test_nonsense_flags_are_rejected_by_the_parser(flags, bbbp_subset):
     result = run_script([SINGLE, bbbp_subset, *flags], timeout=60)
     assert result.returncode == 2
@@ -97,8 +156,12 @@ def test_nonsense_flags_are_rejected_by_the_parser(flags, bbbp_subset):
 
 def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
     from partorch.molecules.table import read_molecule_csv
+
     cleaned = read_molecule_csv(bbbp_path, parse=True)
-    assert len(cleaned.smiles) == 2039 and "11 rows have SMILES that RDKit cannot parse" in cleaned.warnings[-1]
+    assert (
+        len(cleaned.smiles) == 2039
+        and "11 rows have SMILES that RDKit cannot parse" in cleaned.warnings[-1]
+    )
     assert "rows 61, 63, 393" in cleaned.warnings[-1]
 
 
@@ -106,16 +169,34 @@ def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
 def test_nonsense_flag_under_torchrun_stops_both_ranks(bbbp_subset):
     result = run_script([DDP, bbbp_subset, "--batch-size", "0"], nproc=2, timeout=80)
     assert result.returncode != 0
-    rejections = [line for line in result.stderr.splitlines() if "error: argument --batch-size: must be > 0" in line]
-    assert len(rejections) == 2 and "Traceback (most recent call last):\n  File \"/work" not in result.stderr
+    rejections = [
+        line
+        for line in result.stderr.splitlines()
+        if "error: argument --batch-size: must be > 0" in line
+    ]
+    assert (
+        len(rejections) == 2
+        and 'Traceback (most recent call last):\n  File "/work' not in result.stderr
+    )
 
 
 @pytest.mark.timeout(120)
 def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     data = tmp_path / "data.csv"
     data.write_text("smiles,label\nCC,1\n")  # no p_np column
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "--max-restarts=3", FAULT_TOLERANT, data, "--output-dir", tmp_path / "out", *FAST_FLAGS]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=3",
+        FAULT_TOLERANT,
+        data,
+        "--output-dir",
+        tmp_path / "out",
+        *FAST_FLAGS,
+    ]
     result = run_command(command, timeout=100, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert result.returncode != 0
     errors = error_lines(result.stderr)
@@ -124,7 +205,9 @@ def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     # torchrun restarts anyway (it cannot be told not to); each of its 3 restarts stops before reading the
     # data (every rank says so, but torchrun may stop a rank before it has: at least one line a restart)
     again = [e for e in errors if e not in first]
-    assert len(again) >= 3 and all("no column 'p_np'" in e and "stopped on this" in e for e in again)
+    assert len(again) >= 3 and all(
+        "no column 'p_np'" in e and "stopped on this" in e for e in again
+    )
     assert not our_traceback(result.stderr)
 
 
@@ -133,14 +216,21 @@ def test_bf16_on_a_cpu_without_bfloat16_lstm_kernels_is_one_line(tmp_path, bbbp_
     """oneDNN's bfloat16 LSTM needs AVX-512: on an AVX2-only CPU (this project's
     development machine) --amp bf16 stops with one line on every rank; elsewhere it trains."""
     import torch
+
     from partorch.molecules.rnn import lstm_runs_in_bfloat16
-    result = run_script([DDP, bbbp_subset, "--output-dir", tmp_path / "out", *FAST_FLAGS, "--amp", "bf16"],
-                        nproc=2, timeout=80)
+
+    result = run_script(
+        [DDP, bbbp_subset, "--output-dir", tmp_path / "out", *FAST_FLAGS, "--amp", "bf16"],
+        nproc=2,
+        timeout=80,
+    )
     if lstm_runs_in_bfloat16(torch.device("cpu")):
         assert result.returncode == 0, result.stderr[-2000:]
         assert (tmp_path / "out" / "metrics.json").exists()
     else:
         assert result.returncode != 0
         errors = error_lines(result.stderr)
-        assert len(errors) == 2 and all("--amp bf16: this CPU has no bfloat16 LSTM kernels" in e for e in errors)
+        assert len(errors) == 2 and all(
+            "--amp bf16: this CPU has no bfloat16 LSTM kernels" in e for e in errors
+        )
         assert not our_traceback(result.stderr)

@@ -1,14 +1,15 @@
 """Scaffold and random splits, the fingerprint baseline, and random SMILES (RDKit)."""
+
 import json
 
+from helpers import BENCHMARKS, FAST_FLAGS, SINGLE, final_lines, run_script
 import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import FAST_FLAGS, BENCHMARKS, SCRIPTS, SINGLE, final_lines, run_script
 from partorch.molecules.chem import morgan_fingerprints, scaffold_groups
-from partorch.molecules.table import read_molecule_csv
 from partorch.molecules.splits import split_indices
+from partorch.molecules.table import read_molecule_csv
 
 
 def _parsed_bbbp(bbbp_path):
@@ -19,9 +20,13 @@ def test_scaffold_split_keeps_scaffolds_apart_and_is_deterministic(bbbp_path):
     table = _parsed_bbbp(bbbp_path)
     classes = table.labels[:, 0].astype(int)
     a = split_indices(len(classes), 1, "scaffold", classes=classes, smiles=table.smiles)
-    b = split_indices(len(classes), 2, "scaffold", classes=classes, smiles=table.smiles)  # the seed does not matter
+    b = split_indices(
+        len(classes), 2, "scaffold", classes=classes, smiles=table.smiles
+    )  # the seed does not matter
     assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("train", "dev", "test"))
-    assert sorted(np.concatenate([a.train, a.dev, a.test]).tolist()) == list(range(len(table.smiles)))
+    assert sorted(np.concatenate([a.train, a.dev, a.test]).tolist()) == list(
+        range(len(table.smiles))
+    )
     scaffold_of = {i: g for g, group in enumerate(scaffold_groups(table.smiles)) for i in group}
     seen = [{scaffold_of[i] for i in getattr(a, k)} for k in ("train", "dev", "test")]
     assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])
@@ -44,8 +49,19 @@ def test_fingerprints_are_bits_and_empty_for_unparsable():
 def test_baseline_prints_the_same_final_line_deterministically(tmp_path, bbbp_subset):
     finals = []
     for split in ("stratified", "stratified", "scaffold"):
-        result = run_script([BENCHMARKS / "baseline_fingerprints.py", bbbp_subset, "--split", split, "--trees", "50",
-                             "--output-dir", tmp_path / split], timeout=120)
+        result = run_script(
+            [
+                BENCHMARKS / "baseline_fingerprints.py",
+                bbbp_subset,
+                "--split",
+                split,
+                "--trees",
+                "50",
+                "--output-dir",
+                tmp_path / split,
+            ],
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         finals.append(final_lines(result.stdout))
     assert len(finals[0]) == 1 and finals[0] == finals[1]
@@ -54,51 +70,104 @@ def test_baseline_prints_the_same_final_line_deterministically(tmp_path, bbbp_su
 
 def test_network_and_forest_see_identical_splits(tmp_path, bbbp_subset):
     flags = ["--split", "scaffold_balanced", "--split-sizes", "0.8,0.1,0.1", "--seed", "5"]
-    network = run_script([SINGLE, bbbp_subset, *flags, "--output-dir", tmp_path / "net", *FAST_FLAGS], timeout=200)
+    network = run_script(
+        [SINGLE, bbbp_subset, *flags, "--output-dir", tmp_path / "net", *FAST_FLAGS], timeout=200
+    )
     assert network.returncode == 0, network.stderr[-2000:]
-    forest = run_script([BENCHMARKS / "baseline_fingerprints.py", bbbp_subset, *flags, "--trees", "20",
-                         "--output-dir", tmp_path / "forest"], timeout=120)
+    forest = run_script(
+        [
+            BENCHMARKS / "baseline_fingerprints.py",
+            bbbp_subset,
+            *flags,
+            "--trees",
+            "20",
+            "--output-dir",
+            tmp_path / "forest",
+        ],
+        timeout=120,
+    )
     assert forest.returncode == 0, forest.stderr[-2000:]
-    saved = [json.loads((tmp_path / name / "splits.json").read_text()) for name in ("net", "forest")]
+    saved = [
+        json.loads((tmp_path / name / "splits.json").read_text()) for name in ("net", "forest")
+    ]
     assert saved[0] == saved[1] and saved[0]["split"] == "scaffold_balanced"
     assert abs(len(saved[0]["test"]) / 298 - 0.1) < 0.05  # 300 rows, 2 that RDKit cannot parse
 
 
 def test_forest_baseline_on_regression_and_several_tasks(tmp_path, esol_subset, sider_subset):
-    esol = run_script([BENCHMARKS / "baseline_fingerprints.py", esol_subset, "--label-column", "logSolubility",
-                       "--split", "random", "--trees", "20", "--output-dir", tmp_path / "esol"], timeout=120)
+    esol = run_script(
+        [
+            BENCHMARKS / "baseline_fingerprints.py",
+            esol_subset,
+            "--label-column",
+            "logSolubility",
+            "--split",
+            "random",
+            "--trees",
+            "20",
+            "--output-dir",
+            tmp_path / "esol",
+        ],
+        timeout=120,
+    )
     assert esol.returncode == 0, esol.stderr[-2000:]
     rmse = float(final_lines(esol.stdout, "RMSE")[0].split(": ")[1])
     metrics = json.loads((tmp_path / "esol" / "metrics.json").read_text())
-    assert metrics["task"] == "regression" and metrics["test_rmse"] == pytest.approx(rmse, abs=1e-4) and rmse < 2.1
+    assert (
+        metrics["task"] == "regression"
+        and metrics["test_rmse"] == pytest.approx(rmse, abs=1e-4)
+        and rmse < 2.1
+    )
     columns = list(pd.read_csv(sider_subset).columns[1:])
-    sider = run_script([BENCHMARKS / "baseline_fingerprints.py", sider_subset, "--label-column", ",".join(columns),
-                        "--trees", "20", "--output-dir", tmp_path / "sider"], timeout=120)
+    sider = run_script(
+        [
+            BENCHMARKS / "baseline_fingerprints.py",
+            sider_subset,
+            "--label-column",
+            ",".join(columns),
+            "--trees",
+            "20",
+            "--output-dir",
+            tmp_path / "sider",
+        ],
+        timeout=120,
+    )
     assert sider.returncode == 0, sider.stderr[-2000:]
-    per_task = json.loads((tmp_path / "sider" / "metrics.json").read_text())["test_metrics"]["per_task"]
+    per_task = json.loads((tmp_path / "sider" / "metrics.json").read_text())["test_metrics"][
+        "per_task"
+    ]
     scored = [m["roc_auc"] for m in per_task.values() if "roc_auc" in m]
     assert len(per_task) == 27 and len(scored) >= 20  # one forest per column, gaps left out
-    assert float(final_lines(sider.stdout)[0].split(": ")[1]) == pytest.approx(np.mean(scored), abs=1e-4)
+    assert float(final_lines(sider.stdout)[0].split(": ")[1]) == pytest.approx(
+        np.mean(scored), abs=1e-4
+    )
 
 
-def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_the_shard(bbbp_path,
-                                                                                           monkeypatch):
+def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_the_shard(
+    bbbp_path, monkeypatch
+):
     from rdkit import Chem
-    import partorch.molecules.datasets
-    from partorch.molecules.chem import augmentation_vocabulary_strings
-    from partorch.molecules.datasets import AugmentedSmilesDataset
+
     from partorch.ddp.loaders import get_ddp_dataloader
+    from partorch.molecules.chem import augmentation_vocabulary_strings
+    import partorch.molecules.datasets
+    from partorch.molecules.datasets import AugmentedSmilesDataset
     from partorch.molecules.tokenizer import SmilesTokenizer
+
     smiles = _parsed_bbbp(bbbp_path).smiles[:200]
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     whole = AugmentedSmilesDataset(smiles, np.zeros(200), tokenizer, seed=7)
     rows = list(range(50, 200, 3))  # a split: a subset of the table, named by its rows
-    part = AugmentedSmilesDataset([smiles[i] for i in rows], np.zeros(len(rows)), tokenizer, seed=7, keys=rows)
+    part = AugmentedSmilesDataset(
+        [smiles[i] for i in rows], np.zeros(len(rows)), tokenizer, seed=7, keys=rows
+    )
     strings = lambda d, items: [tokenizer.decode(d[i][0].tolist()) for i in items]  # noqa: E731
     whole.set_epoch(3)
     part.set_epoch(3)
     rewritten = strings(whole, range(200))
-    assert strings(part, range(len(rows))) == [rewritten[i] for i in rows]  # a molecule's string: its own
+    assert strings(part, range(len(rows))) == [
+        rewritten[i] for i in rows
+    ]  # a molecule's string: its own
     assert rewritten == strings(whole, range(200))  # drawn again: the same
     assert sum(a != b for a, b in zip(rewritten, smiles)) > 100
     canonical = lambda s: Chem.MolToSmiles(Chem.MolFromSmiles(s))  # noqa: E731
@@ -110,8 +179,14 @@ def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_
     # a rank rewrites only the molecules of its shard: the cost divides by the world size
     calls = []
     real = partorch.molecules.datasets.random_smiles
-    monkeypatch.setattr(partorch.molecules.datasets, "random_smiles", lambda s, rng: calls.append(len(s)) or real(s, rng))
-    loader = get_ddp_dataloader(rank=1, world_size=2, dataset=whole, batch_size=32, shuffle=True, seed=7)
+    monkeypatch.setattr(
+        partorch.molecules.datasets,
+        "random_smiles",
+        lambda s, rng: calls.append(len(s)) or real(s, rng),
+    )
+    loader = get_ddp_dataloader(
+        rank=1, world_size=2, dataset=whole, batch_size=32, shuffle=True, seed=7
+    )
     loader.batch_sampler.set_epoch(5)
     whole.set_epoch(5)
     drawn = sum(len(batch) for batch in loader)
@@ -121,6 +196,7 @@ def test_augmented_smiles_are_the_same_molecule_reproducible_and_independent_of_
 def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
     from partorch.molecules.chem import augmentation_vocabulary_strings, random_smiles
     from partorch.molecules.tokenizer import SmilesTokenizer
+
     smiles = read_molecule_csv(bbbp_path).smiles
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     unknown = tokenizer.token_to_id["<unk>"]
@@ -132,8 +208,19 @@ def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
 def test_training_with_augmentation_and_test_time_augmentation(tmp_path, bbbp_subset):
     aucs = []
     for name in ("a", "b"):
-        result = run_script([SINGLE, bbbp_subset, "--augment", "--tta", "2",
-                             "--output-dir", tmp_path / name, *FAST_FLAGS], timeout=200)
+        result = run_script(
+            [
+                SINGLE,
+                bbbp_subset,
+                "--augment",
+                "--tta",
+                "2",
+                "--output-dir",
+                tmp_path / name,
+                *FAST_FLAGS,
+            ],
+            timeout=200,
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         aucs.append(final_lines(result.stdout))
     assert len(aucs[0]) == 1 and aucs[0] == aucs[1]  # deterministic per seed

@@ -1,11 +1,20 @@
 """DDP pitfalls, each checked in real processes under torchrun (gloo, CPU)."""
+
 import json
 
+from helpers import (
+    DDP,
+    FAST_FLAGS,
+    FAULT_TOLERANT,
+    ROOT,
+    SINGLE,
+    error_lines,
+    run_script,
+    with_flag,
+)
 import pandas as pd
 import pytest
 import torch
-
-from helpers import DDP, FAST_FLAGS, FAULT_TOLERANT, ROOT, SINGLE, error_lines, run_script, with_flag
 
 WORKER = ROOT / "tests" / "integration" / "ddp_worker.py"
 # No dropout (the only randomness that differs between 1 and N processes), no early stop.
@@ -23,8 +32,12 @@ def run_worker(mode, out, nproc, *options, expect_ok=True):
 
 @pytest.mark.timeout(150)
 def test_sampler_fresh_each_epoch_same_per_seed_and_covering(tmp_path):
-    first, _ = run_worker("sampler_orders", tmp_path / "a", 2, "--count", "101", "--batch-size", "8")
-    again, _ = run_worker("sampler_orders", tmp_path / "b", 2, "--count", "101", "--batch-size", "8")
+    first, _ = run_worker(
+        "sampler_orders", tmp_path / "a", 2, "--count", "101", "--batch-size", "8"
+    )
+    again, _ = run_worker(
+        "sampler_orders", tmp_path / "b", 2, "--count", "101", "--batch-size", "8"
+    )
     assert first == again  # same seed: same order, every time
     for rank in first:
         assert rank["orders"]["1"] != rank["orders"]["2"]  # set_epoch took effect
@@ -37,7 +50,9 @@ def test_sampler_fresh_each_epoch_same_per_seed_and_covering(tmp_path):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("nproc, n, batch_size", [(2, 1001, 32), (3, 1001, 33), (3, 5, 6)])
 def test_uneven_shards_finish_with_equal_step_counts(tmp_path, nproc, n, batch_size):
-    ranks, _ = run_worker("uneven_training", tmp_path, nproc, "--count", str(n), "--batch-size", str(batch_size))
+    ranks, _ = run_worker(
+        "uneven_training", tmp_path, nproc, "--count", str(n), "--batch-size", str(batch_size)
+    )
     assert len({json.dumps(r["steps"]) for r in ranks}) == 1
     assert all(r["samples"] == n for r in ranks)  # reduced over ranks: the whole split, once
     assert len({r["loss"] for r in ranks}) == 1  # the same aggregated loss on every rank
@@ -51,7 +66,9 @@ def _last_weights(out):
 
 
 def _train(script, data, out, nproc, *flags):
-    result = run_script([script, data, "--output-dir", out, *PARITY_FLAGS, *flags], nproc=nproc, timeout=280)
+    result = run_script(
+        [script, data, "--output-dir", out, *PARITY_FLAGS, *flags], nproc=nproc, timeout=280
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((out / "metrics.json").read_text())
 
@@ -70,14 +87,17 @@ def _assert_parity(tmp_path, data, *flags):
             assert torch.allclose(value, weights[name], atol=1e-5, rtol=0), (run, name)
     for metrics in (two, two_acc):
         assert [h["train_loss"] for h in metrics["history"]] == pytest.approx(
-            [h["train_loss"] for h in one["history"]], abs=1e-5)
+            [h["train_loss"] for h in one["history"]], abs=1e-5
+        )
     return one
 
 
 @pytest.mark.timeout(600)
 def test_two_ranks_take_the_same_steps_as_one_process_augmentation_included(tmp_path, bbbp_subset):
     # random SMILES are drawn per molecule, not per rank: the same strings whatever the world size
-    assert _assert_parity(tmp_path, bbbp_subset, "--augment", "--tta", "1")["task"] == "classification"
+    assert (
+        _assert_parity(tmp_path, bbbp_subset, "--augment", "--tta", "1")["task"] == "classification"
+    )
 
 
 @pytest.mark.timeout(600)
@@ -98,7 +118,11 @@ def test_rank0_and_distributed_evaluation_give_the_same_scores(tmp_path, bbbp_su
     """Rank 0 scoring whole splits, or every rank its share gathered: the
     same molecules scored once each, the same AUC as one process."""
     runs = {}
-    for name, nproc, flags in (("one", None, []), ("rank0", 2, []), ("shared", 2, ["--distributed-eval"])):
+    for name, nproc, flags in (
+        ("one", None, []),
+        ("rank0", 2, []),
+        ("shared", 2, ["--distributed-eval"]),
+    ):
         script = SINGLE if nproc is None else FAULT_TOLERANT if flags else DDP
         runs[name] = _train(script, bbbp_subset, tmp_path / name, nproc, *flags)
     test_size = runs["one"]["test_metrics"]["molecules"]
@@ -109,13 +133,22 @@ def test_rank0_and_distributed_evaluation_give_the_same_scores(tmp_path, bbbp_su
     dev = {name: [h["dev_roc_auc"] for h in run["history"]] for name, run in runs.items()}
     assert dev["rank0"] == dev["shared"]
     # torch's DistributedSampler pads shards with repeats: fine for training, never for scoring
-    padded = _train(FAULT_TOLERANT, bbbp_subset, tmp_path / "random", 4, "--distributed-eval", "--sampler", "random")
+    padded = _train(
+        FAULT_TOLERANT,
+        bbbp_subset,
+        tmp_path / "random",
+        4,
+        "--distributed-eval",
+        "--sampler",
+        "random",
+    )
     assert padded["test_metrics"]["molecules"] == test_size
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("change, named", [("smiles", "molecules"), ("label", "molecules"),
-                                           ("tokenizer", "vocabulary")])
+@pytest.mark.parametrize(
+    "change, named", [("smiles", "molecules"), ("label", "molecules"), ("tokenizer", "vocabulary")]
+)
 def test_ranks_with_different_data_stop_with_one_clear_error(tmp_path, bbbp_subset, change, named):
     frame = pd.read_csv(bbbp_subset)
     frame.to_csv(tmp_path / "data0.csv", index=False)
@@ -125,11 +158,23 @@ def test_ranks_with_different_data_stop_with_one_clear_error(tmp_path, bbbp_subs
         frame.loc[3, "p_np"] = 1 - frame.loc[3, "p_np"]
     frame.to_csv(tmp_path / "data1.csv", index=False)
     rank1_flags = "--split random" + (" --tokenizer bytes" if change == "tokenizer" else "")
-    _, result = run_worker("start_up_digest", tmp_path / "out", 2, "--csv", tmp_path / "dataRANK.csv",
-                           "--flags", "--split random", "--rank1-flags", rank1_flags, expect_ok=False)
+    _, result = run_worker(
+        "start_up_digest",
+        tmp_path / "out",
+        2,
+        "--csv",
+        tmp_path / "dataRANK.csv",
+        "--flags",
+        "--split random",
+        "--rank1-flags",
+        rank1_flags,
+        expect_ok=False,
+    )
     assert result.returncode != 0
     errors = error_lines(result.stderr)
-    assert len(errors) == 2 and all(f"ranks disagree on the {named} (" in e for e in errors), result.stderr
+    assert len(errors) == 2 and all(f"ranks disagree on the {named} (" in e for e in errors), (
+        result.stderr
+    )
 
 
 @pytest.mark.timeout(300)
@@ -140,8 +185,10 @@ def test_same_seed_gives_identical_metrics(tmp_path, bbbp_subset):
         result = run_script([DDP, bbbp_subset, "--output-dir", out, *FAST_FLAGS], nproc=2)
         assert result.returncode == 0, result.stderr[-3000:]
         metrics = json.loads((out / "metrics.json").read_text())
-        runs.append({k: metrics[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch")}
-                    | {"losses": [h["train_loss"] for h in metrics["history"]]})
+        runs.append(
+            {k: metrics[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch")}
+            | {"losses": [h["train_loss"] for h in metrics["history"]]}
+        )
         assert (out / "logs" / "rank0.log").exists() and (out / "logs" / "rank1.log").exists()
         rng = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["rng"]
         runs[-1]["dropout streams"] = [state["torch"].tolist() for state in rng]

@@ -6,6 +6,7 @@ inside the worker, so it lands exactly there) and checks how the job ends:
 with restarts allowed, like an uninterrupted run to the last digit; without,
 with a non-zero exit in bounded time and the last complete snapshot intact.
 Never a half-written or mixed snapshot, never a hang."""
+
 import contextlib
 import json
 import os
@@ -14,9 +15,19 @@ import subprocess
 import sys
 import time
 
+from helpers import (
+    FAST_FLAGS,
+    FAULT_TOLERANT,
+    ROOT,
+    error_lines,
+    final_lines,
+    free_port,
+    our_traceback,
+    run_command,
+    with_flag,
+)
 import pytest
 
-from helpers import FAULT_TOLERANT, FAST_FLAGS, ROOT, error_lines, final_lines, free_port, our_traceback, run_command, with_flag
 from partorch.ddp.checkpoint import load_state
 
 pytestmark = pytest.mark.faults
@@ -29,24 +40,61 @@ def _job(tmp_path, data, faults, max_restarts, nodes=1):
     """Run the fault-tolerant script under torchrun with `faults`: (agents' results, seconds)."""
     out, fired = tmp_path / "run", tmp_path / "fired"
     fired.mkdir()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAULTS": faults, "FAULT_DIR": str(fired),
-           "GLOO_SOCKET_IFNAME": "lo"}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "FAULTS": faults,
+        "FAULT_DIR": str(fired),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
     if nodes == 1:
         launch = ["--standalone", "--nproc-per-node=2"]
     else:
-        launch = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-                  f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-id=faults"]
-    command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--max-restarts={max_restarts}", INJECT,
-               FAULT_TOLERANT, data, "--output-dir", out, *FLAGS]
+        launch = [
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            "--rdzv-id=faults",
+        ]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *launch,
+        f"--max-restarts={max_restarts}",
+        INJECT,
+        FAULT_TOLERANT,
+        data,
+        "--output-dir",
+        out,
+        *FLAGS,
+    ]
     started = time.time()
     if nodes == 1:
         results = [run_command(command, timeout=BOUND_SECONDS, env=env)]
     else:
-        agents = [subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=env, cwd=ROOT, start_new_session=True) for _ in range(nodes)]
+        agents = [
+            subprocess.Popen(
+                [str(c) for c in command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                start_new_session=True,
+            )
+            for _ in range(nodes)
+        ]
         try:
-            outputs = [agent.communicate(timeout=max(1, BOUND_SECONDS - (time.time() - started))) for agent in agents]
-            results = [subprocess.CompletedProcess(a.args, a.returncode, *out) for a, out in zip(agents, outputs)]
+            outputs = [
+                agent.communicate(timeout=max(1, BOUND_SECONDS - (time.time() - started)))
+                for agent in agents
+            ]
+            results = [
+                subprocess.CompletedProcess(a.args, a.returncode, *out)
+                for a, out in zip(agents, outputs)
+            ]
         finally:
             for agent in agents:  # a job that outlived the bound leaves no torchrun tree behind
                 with contextlib.suppress(ProcessLookupError):
@@ -56,24 +104,39 @@ def _job(tmp_path, data, faults, max_restarts, nodes=1):
 
 def _outcome(out):
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"test_roc_auc": metrics["test_roc_auc"],
-            "history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in metrics["history"]]}
+    return {
+        "test_roc_auc": metrics["test_roc_auc"],
+        "history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in metrics["history"]],
+    }
 
 
 def _snapshot_is_whole_and_ours(out, epochs, reference):
     snapshot = load_state(out / "checkpoints" / "last.pt")  # a half-written file would raise here
     assert snapshot["state"]["epoch"] == epochs
-    assert [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in snapshot["state"]["history"]] == \
-        reference["history"][:epochs]  # not mixed with another attempt's epochs
+    assert [
+        (h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in snapshot["state"]["history"]
+    ] == reference["history"][:epochs]  # not mixed with another attempt's epochs
     assert snapshot["identity"] == reference["identity"]
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, bbbp_subset):
     out = tmp_path_factory.mktemp("reference") / "run"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", FAULT_TOLERANT, bbbp_subset,
-               "--output-dir", out, *FLAGS]
-    result = run_command(command, timeout=BOUND_SECONDS, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        FAULT_TOLERANT,
+        bbbp_subset,
+        "--output-dir",
+        out,
+        *FLAGS,
+    ]
+    result = run_command(
+        command, timeout=BOUND_SECONDS, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return {**_outcome(out), "identity": load_state(out / "checkpoints" / "last.pt")["identity"]}
 
@@ -88,14 +151,19 @@ RECOVERED = {
     "kill rank 0 halfway through writing a snapshot": ("0:snapshot:2:kill", 1),
     "freeze rank 0 halfway through writing a snapshot": ("0:snapshot:2:stop", 1),
     "kill rank 1 mid-epoch, then again as the job restarts": ("1:epoch:2:kill;1:restart:0:kill", 1),
-    "two nodes: kill one node's worker mid-epoch, then again as it rejoins": ("1:epoch:2:kill;1:restart:0:kill", 2),
+    "two nodes: kill one node's worker mid-epoch, then again as it rejoins": (
+        "1:epoch:2:kill;1:restart:0:kill",
+        2,
+    ),
     "two nodes: freeze rank 0's node while it scores dev": ("0:evaluation:1:stop", 2),
 }
 
 
 @pytest.mark.timeout(BOUND_SECONDS + 60)
 @pytest.mark.parametrize("name", RECOVERED)
-def test_a_fault_with_restarts_ends_like_an_uninterrupted_run(tmp_path, bbbp_subset, reference, name):
+def test_a_fault_with_restarts_ends_like_an_uninterrupted_run(
+    tmp_path, bbbp_subset, reference, name
+):
     faults, nodes = RECOVERED[name]
     results, seconds, out, fired = _job(tmp_path, bbbp_subset, faults, max_restarts=3, nodes=nodes)
     assert fired == [str(i) for i in range(len(faults.split(";")))], "a fault never fired"
@@ -127,7 +195,9 @@ def test_a_fault_without_restarts_stops_the_job_cleanly(tmp_path, bbbp_subset, r
     assert result.returncode != 0 and seconds < BOUND_SECONDS
     assert not our_traceback(result.stderr) and not final_lines(result.stdout)
     if faults.endswith("stop"):  # the frozen rank's peer says what happened, in one line
-        assert any("lost contact with another process" in e for e in error_lines(result.stderr)), result.stderr
+        assert any("lost contact with another process" in e for e in error_lines(result.stderr)), (
+            result.stderr
+        )
     _snapshot_is_whole_and_ours(out, complete, reference)
     assert not (out / "metrics.json").exists()
     print(f"\n{name}: stopped in {seconds:.0f} s")

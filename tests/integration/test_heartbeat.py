@@ -1,5 +1,6 @@
 """Rank 0 scoring alone for longer than --dist-timeout: the others wait for
 it while it lives, and give up within the timeout once it stops answering."""
+
 import contextlib
 import os
 import signal
@@ -7,9 +8,16 @@ import subprocess
 import sys
 import time
 
+from helpers import (
+    FAST_FLAGS,
+    FAULT_TOLERANT,
+    ROOT,
+    error_lines,
+    final_lines,
+    run_script,
+    with_flag,
+)
 import pytest
-
-from helpers import FAULT_TOLERANT, FAST_FLAGS, ROOT, error_lines, final_lines, run_script, with_flag
 
 SLOW = ROOT / "tests" / "integration" / "slow_evaluation.py"
 
@@ -17,8 +25,12 @@ SLOW = ROOT / "tests" / "integration" / "slow_evaluation.py"
 @pytest.mark.timeout(200)
 def test_a_slow_evaluation_on_rank0_does_not_time_out_the_waiting_ranks(tmp_path, bbbp_subset):
     flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "5"]
-    result = run_script([SLOW, FAULT_TOLERANT, bbbp_subset, "--output-dir", tmp_path / "run", *flags], nproc=2,
-                        env={"SLOW_EVALUATION_SECONDS": "12"}, timeout=150)  # dev scoring: 12 s, the timeout 5 s
+    result = run_script(
+        [SLOW, FAULT_TOLERANT, bbbp_subset, "--output-dir", tmp_path / "run", *flags],
+        nproc=2,
+        env={"SLOW_EVALUATION_SECONDS": "12"},
+        timeout=150,
+    )  # dev scoring: 12 s, the timeout 5 s
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout)) == 1
 
@@ -27,12 +39,33 @@ def test_a_slow_evaluation_on_rank0_does_not_time_out_the_waiting_ranks(tmp_path
 def test_a_frozen_rank0_is_still_noticed_within_the_timeout(tmp_path, bbbp_subset):
     marker = tmp_path / "evaluating"
     flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "5"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLOW_EVALUATION_SECONDS": "30",
-           "SLOW_EVALUATION_MARKER": str(marker)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", SLOW, FAULT_TOLERANT,
-               bbbp_subset, "--output-dir", tmp_path / "run", *flags]
-    job = subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "SLOW_EVALUATION_SECONDS": "30",
+        "SLOW_EVALUATION_MARKER": str(marker),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        SLOW,
+        FAULT_TOLERANT,
+        bbbp_subset,
+        "--output-dir",
+        tmp_path / "run",
+        *flags,
+    ]
+    job = subprocess.Popen(
+        [str(c) for c in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
         while not marker.exists() and time.time() < deadline:
@@ -51,4 +84,6 @@ def test_a_frozen_rank0_is_still_noticed_within_the_timeout(tmp_path, bbbp_subse
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     assert job.returncode != 0
-    assert any("lost contact with another process" in line for line in error_lines(stderr)), stderr[-3000:]
+    assert any("lost contact with another process" in line for line in error_lines(stderr)), stderr[
+        -3000:
+    ]

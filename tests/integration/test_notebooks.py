@@ -1,13 +1,13 @@
 """The workshop notebooks execute top to bottom on small settings, and are stored without outputs."""
+
 from itertools import combinations
 import json
 import re
 
-import nbformat
-from nbclient import NotebookClient
-import pytest
-
 from helpers import ROOT
+from nbclient import NotebookClient
+import nbformat
+import pytest
 
 pytestmark = pytest.mark.slow
 
@@ -15,14 +15,18 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SMALL_SETTINGS = {
     "PARTORCH_NOTEBOOK_MOLECULES": "300",
     "PARTORCH_NOTEBOOK_EPOCHS": "2",
-    "PARTORCH_NOTEBOOK_TRIALS": "4",     # 03: 2 worker processes x 2 Optuna trials
+    "PARTORCH_NOTEBOOK_TRIALS": "4",  # 03: 2 worker processes x 2 Optuna trials
     "PARTORCH_NOTEBOOK_WORKERS": "2",
     "PARTORCH_NOTEBOOK_TENSORBOARD": "0",  # 02: no TensorBoard server where nobody can look at it
 }
 
 
 def test_the_three_notebooks_are_there():
-    assert [p.name for p in NOTEBOOKS] == ["01_single_process.ipynb", "02_ddp.ipynb", "03_parallel_experiments.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_single_process.ipynb",
+        "02_ddp.ipynb",
+        "03_parallel_experiments.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -30,7 +34,9 @@ def test_notebook_is_stored_clean(path):
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert all(not cell.get("outputs") and cell.get("execution_count") is None for cell in code), "outputs not stripped"
+    assert all(not cell.get("outputs") and cell.get("execution_count") is None for cell in code), (
+        "outputs not stripped"
+    )
     # the notebooks use the data that ships with the project, never the workplace's shared folder
     assert "../shared" not in path.read_text()
 
@@ -48,9 +54,18 @@ def test_notebook_runs(path, tmp_path, monkeypatch, bbbp_path):  # bbbp_path: sk
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PARTORCH_ROOT", str(ROOT))
     # runs, data subsets and the Optuna study land in tmp_path, not in the checkout
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for cell in notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
+    errors = [
+        o
+        for cell in notebook.cells
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors, "\n".join(line for o in errors for line in o.get("traceback", []))[-3000:]
     CHECKS.get(path.stem, lambda notebook, folder: None)(notebook, tmp_path)
 
@@ -82,27 +97,39 @@ def check_ddp(notebook, folder):
     logs = "".join(streamed(code_cell(notebook, "rank*.log")))
     assert "--- rank1.log" in logs and "[rank1] INFO" in logs, logs
     assert (folder / "runs" / "notebook-ddp" / "metrics.json").exists()
-    assert "TensorBoard skipped" in "".join(streamed(code_cell(notebook, "PARTORCH_NOTEBOOK_TENSORBOARD")))
+    assert "TensorBoard skipped" in "".join(
+        streamed(code_cell(notebook, "PARTORCH_NOTEBOOK_TENSORBOARD"))
+    )
 
 
 def check_experiments(notebook, folder):
     import optuna
+
     storage = f"sqlite:///{folder / 'optuna_study.db'}"
     assert optuna.study.get_all_study_names(storage) == ["bbbp-rnn"]
     study = optuna.load_study(study_name="bbbp-rnn", storage=storage)
     trials = study.get_trials(deepcopy=False)
-    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * int(SMALL_SETTINGS["PARTORCH_NOTEBOOK_TRIALS"])
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * int(
+        SMALL_SETTINGS["PARTORCH_NOTEBOOK_TRIALS"]
+    )
     for trial in trials:
-        metrics = json.loads((folder / "runs" / "optuna" / f"trial_{trial.number}" / "metrics.json").read_text())
+        metrics = json.loads(
+            (folder / "runs" / "optuna" / f"trial_{trial.number}" / "metrics.json").read_text()
+        )
         assert trial.value == pytest.approx(metrics["best_dev_roc_auc"])  # dev decides
-        assert trial.user_attrs["test_roc_auc"] == pytest.approx(metrics["test_roc_auc"])  # test: shown only
+        assert trial.user_attrs["test_roc_auc"] == pytest.approx(
+            metrics["test_roc_auc"]
+        )  # test: shown only
         assert 3e-4 <= trial.params["lr"] <= 1e-2 and 0 <= trial.params["dropout"] <= 0.4
         assert trial.params["d_model"] in (16, 32, 64)
     # both worker processes ran trials, and trials of different workers ran at the same time
     assert {t.user_attrs["worker"] for t in trials} == {0, 1}
-    assert any(a.user_attrs["worker"] != b.user_attrs["worker"]
-               and a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete
-               for a, b in combinations(trials, 2))
+    assert any(
+        a.user_attrs["worker"] != b.user_attrs["worker"]
+        and a.datetime_start < b.datetime_complete
+        and b.datetime_start < a.datetime_complete
+        for a, b in combinations(trials, 2)
+    )
     best = "".join(streamed(code_cell(notebook, "study.best_trial")))
     assert f"best trial: #{study.best_trial.number} " in best, best
 

@@ -2,6 +2,7 @@
 fetches, places NAME.csv atomically (nothing on a mismatch, a good file never
 replaced by a bad one), and prints the training command with the right
 columns; and the training script's error for a data set not yet placed."""
+
 import csv
 import gzip
 import hashlib
@@ -10,9 +11,8 @@ import shlex
 import subprocess
 import sys
 
-import pytest
-
 from helpers import DDP, ROOT, error_lines, shared_dataset
+import pytest
 
 PLACE = ROOT / "dataset" / "place_data.py"
 BBBP = ROOT / "dataset" / "BBBP.csv"
@@ -20,8 +20,14 @@ BBBP_MD5 = "66286cb9e6b148bd75d80c870df580fb"
 
 
 def place(*args):
-    return subprocess.run([sys.executable, "dataset/place_data.py", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "dataset/place_data.py", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def command_line(stdout):
@@ -41,7 +47,9 @@ def flag_values(words, flag):
 def assert_one_error(result, *expected):
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
-    assert error_lines(result.stderr) == result.stderr.strip().splitlines(), result.stderr  # one line, nothing else
+    assert error_lines(result.stderr) == result.stderr.strip().splitlines(), (
+        result.stderr
+    )  # one line, nothing else
     assert len(error_lines(result.stderr)) == 1, result.stderr
     for text in expected:
         assert text in result.stderr, result.stderr
@@ -55,7 +63,12 @@ def test_bbbp_from_a_url_is_placed_verified_with_its_columns(tmp_path):
     assert placed.read_bytes() == BBBP.read_bytes()
     assert f"md5 {BBBP_MD5} verified" in result.stdout  # the mirror's checksum, of the file fetched
     words = command_line(result.stdout)
-    assert words[:4] == ["torchrun", "--master_port", "31133", "scripts/basic_neural_network_ddp.py"]
+    assert words[:4] == [
+        "torchrun",
+        "--master_port",
+        "31133",
+        "scripts/basic_neural_network_ddp.py",
+    ]
     assert words[4] == str(placed)
     assert flag_values(words, "--smiles-column") == ["smiles"]
     assert flag_values(words, "--label-column") == ["p_np"]
@@ -106,7 +119,9 @@ def test_the_gzip_path_verifies_the_packed_bytes_then_decompresses(tmp_path, mon
     packed = tmp_path / "sider.csv.gz"
     packed.write_bytes(gzip.compress(csv_bytes))
     md5 = hashlib.md5(packed.read_bytes()).hexdigest()
-    variant = module.Variant("a stand-in sider.csv.gz", "md5", md5, module.ALL_BUT_SMILES, gzip=True)
+    variant = module.Variant(
+        "a stand-in sider.csv.gz", "md5", md5, module.ALL_BUT_SMILES, gzip=True
+    )
     monkeypatch.setitem(module.DATASETS, "SIDER", module.Dataset("sider.csv.gz", (variant,)))
 
     destination = tmp_path / "SIDER.csv"
@@ -119,8 +134,13 @@ def test_the_gzip_path_verifies_the_packed_bytes_then_decompresses(tmp_path, mon
     # a checksum that matches a gzip that does not decompress: an error, the placed file kept
     broken = tmp_path / "broken.gz"
     broken.write_bytes(packed.read_bytes()[:-6])
-    bad = module.Variant("a stand-in", "md5", hashlib.md5(broken.read_bytes()).hexdigest(),
-                         module.ALL_BUT_SMILES, gzip=True)
+    bad = module.Variant(
+        "a stand-in",
+        "md5",
+        hashlib.md5(broken.read_bytes()).hexdigest(),
+        module.ALL_BUT_SMILES,
+        gzip=True,
+    )
     monkeypatch.setitem(module.DATASETS, "SIDER", module.Dataset("sider.csv.gz", (bad,)))
     with pytest.raises(SystemExit, match="^error: .*does not decompress.*nothing placed$"):
         module.place("SIDER", broken.as_uri(), True, destination)
@@ -133,11 +153,16 @@ def test_trimmed_esol_from_a_path_names_its_short_column(tmp_path):
     result = place("ESOL", "--from", source, "--dest-dir", tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "ESOL.csv").read_bytes() == source.read_bytes()
-    assert "sha256 9e2bf77f3fc2d0ced4572341e2094904b992c9edf3762795f77cfc2bfd4de5ac verified" in result.stdout
+    assert (
+        "sha256 9e2bf77f3fc2d0ced4572341e2094904b992c9edf3762795f77cfc2bfd4de5ac verified"
+        in result.stdout
+    )
     words = command_line(result.stdout)
     assert flag_values(words, "--label-column") == ["logSolubility"]
     assert "--label-column logSolubility" in result.stdout
-    assert "measured log solubility" not in result.stdout  # the mirror's name would not be in this file
+    assert (
+        "measured log solubility" not in result.stdout
+    )  # the mirror's name would not be in this file
 
 
 def test_trimmed_sider_from_a_url_names_all_27_label_columns(tmp_path):
@@ -178,8 +203,14 @@ def test_an_unknown_name_is_refused(tmp_path):
 @pytest.mark.timeout(120)
 def test_training_on_a_set_not_yet_placed_says_how_to_place_it(tmp_path):
     missing = tmp_path / "HIV.csv"
-    result = subprocess.run([sys.executable, str(DDP), str(missing), "--epochs", "1", "--quiet"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=110, check=False)
+    result = subprocess.run(
+        [sys.executable, str(DDP), str(missing), "--epochs", "1", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     errors = error_lines(result.stderr)

@@ -1,4 +1,5 @@
 """Snapshots, resume, a killed worker, a hung peer, an unwritable folder, predict."""
+
 import json
 import os
 import signal
@@ -6,20 +7,31 @@ import subprocess
 import sys
 import time
 
+from helpers import (
+    DDP,
+    FAST_FLAGS,
+    ROOT,
+    SCRIPTS,
+    SINGLE,
+    error_lines,
+    free_port,
+    run_script,
+    with_flag,
+)
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from helpers import DDP, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, error_lines, free_port, run_script, with_flag
 from partorch.ddp.checkpoint import load_model_dir, load_state
 from partorch.molecules.inference import predict_smiles
 
 
 def _metrics(out):
     m = json.loads((out / "metrics.json").read_text())
-    return {k: m[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed")} | {
-        "history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in m["history"]]}
+    return {
+        k: m[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed")
+    } | {"history": [(h["epoch"], h["train_loss"], h["dev_roc_auc"]) for h in m["history"]]}
 
 
 def _flags(epochs):
@@ -33,7 +45,11 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
     assert run_script([DDP, bbbp_subset, "--output-dir", part, *_flags(1)], nproc=2).returncode == 0
     snapshot_path = part / "checkpoints" / "last.pt"
     snapshot = load_state(snapshot_path)
-    assert 0 < snapshot["state"]["seconds"] <= json.loads((part / "metrics.json").read_text())["wall_seconds"]
+    assert (
+        0
+        < snapshot["state"]["seconds"]
+        <= json.loads((part / "metrics.json").read_text())["wall_seconds"]
+    )
     snapshot["state"]["seconds"] += 1000  # as if the first attempt had taken 1000 s longer
     torch.save(snapshot, snapshot_path)
     earlier = snapshot["state"]["seconds"]
@@ -54,14 +70,39 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
 @pytest.mark.timeout(300)
 def test_a_snapshot_of_another_run_is_refused_not_resumed(tmp_path, bbbp_subset):
     out = tmp_path / "run"
-    assert run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(1), "--seed", "1"], nproc=2).returncode == 0
-    other = run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(3), "--seed", "2", "--lr", "0.01",
-                        "--resume"], nproc=2)
+    assert (
+        run_script(
+            [DDP, bbbp_subset, "--output-dir", out, *_flags(1), "--seed", "1"], nproc=2
+        ).returncode
+        == 0
+    )
+    other = run_script(
+        [
+            DDP,
+            bbbp_subset,
+            "--output-dir",
+            out,
+            *_flags(3),
+            "--seed",
+            "2",
+            "--lr",
+            "0.01",
+            "--resume",
+        ],
+        nproc=2,
+    )
     assert other.returncode != 0
     errors = error_lines(other.stderr)
-    assert len(errors) == 2 and all("the snapshot belongs to another run" in e for e in errors), other.stderr[-2000:]
-    assert "hparams.lr: snapshot 0.001, this run 0.01; hparams.seed: snapshot 1, this run 2" in errors[0]
-    assert json.loads((out / "metrics.json").read_text())["seed"] == 1  # the first run's results are untouched
+    assert len(errors) == 2 and all("the snapshot belongs to another run" in e for e in errors), (
+        other.stderr[-2000:]
+    )
+    assert (
+        "hparams.lr: snapshot 0.001, this run 0.01; hparams.seed: snapshot 1, this run 2"
+        in errors[0]
+    )
+    assert (
+        json.loads((out / "metrics.json").read_text())["seed"] == 1
+    )  # the first run's results are untouched
 
 
 @pytest.mark.timeout(300)
@@ -69,28 +110,55 @@ def test_a_new_run_in_a_folder_holding_an_earlier_one_is_refused_not_mixed(tmp_p
     out = tmp_path / "run"
     assert run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(1)], nproc=2).returncode == 0
     before = (out / "metrics.json").read_bytes(), (out / "checkpoints" / "last.pt").read_bytes()
-    for script, nproc in ((DDP, 2), (SINGLE, None)):  # the same flags, but a new job: neither continues the old
+    for script, nproc in (
+        (DDP, 2),
+        (SINGLE, None),
+    ):  # the same flags, but a new job: neither continues the old
         again = run_script([script, bbbp_subset, "--output-dir", out, *_flags(2)], nproc=nproc)
         assert again.returncode != 0
         errors = error_lines(again.stderr)
-        assert len(errors) == (nproc or 1) and "holds an earlier run" in errors[0] and "--resume" in errors[0]
-        assert ((out / "metrics.json").read_bytes(), (out / "checkpoints" / "last.pt").read_bytes()) == before
+        assert (
+            len(errors) == (nproc or 1)
+            and "holds an earlier run" in errors[0]
+            and "--resume" in errors[0]
+        )
+        assert (
+            (out / "metrics.json").read_bytes(),
+            (out / "checkpoints" / "last.pt").read_bytes(),
+        ) == before
 
 
 @pytest.mark.timeout(400)
 def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
     # the usage line's form (a fixed port, no --output-dir): the restart must find the job's own version_N
     out = tmp_path / "runs" / "ddp" / "version_0"
-    command = [sys.executable, "-m", "torch.distributed.run", f"--master-port={free_port()}", "--nproc-per-node=2",
-               "--max-restarts=1", str(DDP), str(bbbp_subset), *_flags(6)]
-    agent = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--master-port={free_port()}",
+        "--nproc-per-node=2",
+        "--max-restarts=1",
+        str(DDP),
+        str(bbbp_subset),
+        *_flags(6),
+    ]
+    agent = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     snapshot = out / "checkpoints" / "last.pt"
     deadline = time.time() + 200
     while not snapshot.exists() and time.time() < deadline and agent.poll() is None:
         time.sleep(0.2)
     assert snapshot.exists(), "no snapshot was written"
-    workers = subprocess.run(["pgrep", "-P", str(agent.pid)], capture_output=True, text=True).stdout.split()
+    workers = subprocess.run(
+        ["pgrep", "-P", str(agent.pid)], capture_output=True, text=True
+    ).stdout.split()
     assert len(workers) == 2
     os.kill(int(workers[-1]), signal.SIGKILL)
     stdout, stderr = agent.communicate(timeout=300)
@@ -99,15 +167,31 @@ def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
     log = (out / "logs" / "rank0.log").read_text()
     assert "resumed from the snapshot after epoch" in log
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["epochs_completed"] == 6 and [h["epoch"] for h in metrics["history"]] == [1, 2, 3, 4, 5, 6]
+    assert metrics["epochs_completed"] == 6 and [h["epoch"] for h in metrics["history"]] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
     assert [p.name for p in out.parent.iterdir()] == ["version_0"]
 
 
 @pytest.mark.timeout(120)
 def test_hung_peer_ends_the_job_within_the_timeout(tmp_path):
     started = time.time()
-    result = run_script([ROOT / "tests" / "integration" / "ddp_worker.py", "peer_hangs", tmp_path, "--timeout", "5"], nproc=2,
-                        timeout=100)
+    result = run_script(
+        [
+            ROOT / "tests" / "integration" / "ddp_worker.py",
+            "peer_hangs",
+            tmp_path,
+            "--timeout",
+            "5",
+        ],
+        nproc=2,
+        timeout=100,
+    )
     assert result.returncode != 0 and time.time() - started < 90
     assert "error: lost contact with another process" in result.stderr
 
@@ -116,7 +200,9 @@ def test_hung_peer_ends_the_job_within_the_timeout(tmp_path):
 def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_subset):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    result = run_script([DDP, bbbp_subset, "--output-dir", blocker / "out", *FAST_FLAGS], nproc=2, timeout=100)
+    result = run_script(
+        [DDP, bbbp_subset, "--output-dir", blocker / "out", *FAST_FLAGS], nproc=2, timeout=100
+    )
     assert result.returncode != 0
     errors = error_lines(result.stderr)
     assert len(errors) == 2 and all("is not writable" in e for e in errors)
@@ -126,68 +212,126 @@ def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_sub
 @pytest.mark.timeout(200)
 def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     from rdkit import Chem
+
     out = tmp_path / "run"
-    assert run_script([SINGLE, bbbp_subset, "--output-dir", out, "--tokenizer", "bytes", *FAST_FLAGS]).returncode == 0
+    assert (
+        run_script(
+            [SINGLE, bbbp_subset, "--output-dir", out, "--tokenizer", "bytes", *FAST_FLAGS]
+        ).returncode
+        == 0
+    )
     molecules = pd.read_csv(bbbp_subset).head(40)
     molecules.loc[5, "smiles"] = "CCé"  # not a molecule
-    molecules.loc[6, "smiles"], molecules.loc[7, "smiles"] = "C1=CC=CC=C1O", "Oc1ccccc1"  # phenol, two styles
+    molecules.loc[6, "smiles"], molecules.loc[7, "smiles"] = (
+        "C1=CC=CC=C1O",
+        "Oc1ccccc1",
+    )  # phenol, two styles
     molecules.to_csv(tmp_path / "in.csv", index=False)
-    result = run_script([SCRIPTS / "predict.py", out, tmp_path / "in.csv", "--output", tmp_path / "p.csv"])
+    result = run_script(
+        [SCRIPTS / "predict.py", out, tmp_path / "in.csv", "--output", tmp_path / "p.csv"]
+    )
     assert result.returncode == 0, result.stderr
     assert "row 7: RDKit cannot parse 'CCé'" in result.stderr
     predicted = pd.read_csv(tmp_path / "p.csv")
-    assert list(predicted.columns) == ["smiles", "p_np"]  # one column per task, named after its label
+    assert list(predicted.columns) == [
+        "smiles",
+        "p_np",
+    ]  # one column per task, named after its label
     assert list(predicted["smiles"]) == list(molecules["smiles"])
-    model, descriptions = load_model_dir(out, lambda d: __import__("partorch").RNNPredictor(**d["hparams"]["model"]))
+    model, descriptions = load_model_dir(
+        out, lambda d: __import__("partorch").RNNPredictor(**d["hparams"]["model"])
+    )
     assert descriptions["hparams"]["smiles_form"] == "canonical"
     from partorch.molecules.tokenizer import tokenizer_from_dict
+
     tokenizer = tokenizer_from_dict(descriptions["tokenizer"])
     with torch.no_grad():
         for i in (0, 1, 17, 39):  # the model reads what it was trained on: canonical SMILES
-            ids = torch.tensor([tokenizer.encode(Chem.MolToSmiles(Chem.MolFromSmiles(molecules["smiles"][i])))])
+            ids = torch.tensor(
+                [tokenizer.encode(Chem.MolToSmiles(Chem.MolFromSmiles(molecules["smiles"][i])))]
+            )
             own = torch.sigmoid(model(ids, torch.tensor([ids.shape[1]]))).item()
             assert abs(predicted["p_np"][i] - own) < 1e-5
     assert np.isnan(predicted["p_np"][5])
-    assert predicted["p_np"][6] == predicted["p_np"][7]  # one molecule, one prediction, whatever the style
+    assert (
+        predicted["p_np"][6] == predicted["p_np"][7]
+    )  # one molecule, one prediction, whatever the style
     assert predict_smiles(model, tokenizer, ["CCO", "", "CCé"], "cpu")[1] == [
-        (1, "empty SMILES"), (2, "unknown tokens ['é'] in 'CCé'")]
-    outputs, failures = predict_smiles(model, tokenizer, ["C1CC", "C1=CC=CC=C1O"], "cpu", smiles_form="canonical")
+        (1, "empty SMILES"),
+        (2, "unknown tokens ['é'] in 'CCé'"),
+    ]
+    outputs, failures = predict_smiles(
+        model, tokenizer, ["C1CC", "C1=CC=CC=C1O"], "cpu", smiles_form="canonical"
+    )
     assert failures == [(0, "RDKit cannot parse 'C1CC'")] and outputs[1, 0] == pytest.approx(
-        np.log(predicted["p_np"][7] / (1 - predicted["p_np"][7])), abs=1e-4)  # phenol's logit, as predict.py gave
+        np.log(predicted["p_np"][7] / (1 - predicted["p_np"][7])), abs=1e-4
+    )  # phenol's logit, as predict.py gave
 
 
 @pytest.mark.timeout(300)
 def test_predict_writes_one_column_per_task_in_the_labels_units(tmp_path, esol_subset):
     out = tmp_path / "run"
-    trained = run_script([SINGLE, esol_subset, "--label-column", "logSolubility", "--output-dir", out, *FAST_FLAGS])
+    trained = run_script(
+        [SINGLE, esol_subset, "--label-column", "logSolubility", "--output-dir", out, *FAST_FLAGS]
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
-    result = subprocess.run([sys.executable, str(SCRIPTS / "predict.py"), str(out), "-"], input="CCO\nc1ccccc1\n",
-                            capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "predict.py"), str(out), "-"],
+        input="CCO\nc1ccccc1\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "smiles,logSolubility" and len(lines) == 3
-    assert all(-8 < float(line.split(",")[1]) < 3 for line in lines[1:])  # log mol/L, not standardised units
+    assert all(
+        -8 < float(line.split(",")[1]) < 3 for line in lines[1:]
+    )  # log mol/L, not standardised units
 
     # an ensemble: a second seed's model, and the mean of the two
     other = tmp_path / "seed_2"
-    assert run_script([SINGLE, esol_subset, "--label-column", "logSolubility", "--output-dir", other, "--seed", "2",
-                       *FAST_FLAGS]).returncode == 0
+    assert (
+        run_script(
+            [
+                SINGLE,
+                esol_subset,
+                "--label-column",
+                "logSolubility",
+                "--output-dir",
+                other,
+                "--seed",
+                "2",
+                *FAST_FLAGS,
+            ]
+        ).returncode
+        == 0
+    )
     single = [_predict([model, "-"], "CCO\nc1ccccc1\n") for model in (out, other)]
     both = _predict([out, other, "-"], "CCO\nc1ccccc1\n")
     assert single[0] != single[1]
     assert both == pytest.approx([(a + b) / 2 for a, b in zip(*single)], abs=2e-6)
 
     # models trained for other tasks do not average: one clear line
-    (other / "task.json").write_text((other / "task.json").read_text().replace("logSolubility", "solubility"))
+    (other / "task.json").write_text(
+        (other / "task.json").read_text().replace("logSolubility", "solubility")
+    )
     refused = run_script([SCRIPTS / "predict.py", out, other, esol_subset])
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert error_lines(refused.stderr) == [f"error: {other} predicts regression of ['solubility'], {out} regression "
-                                           f"of ['logSolubility']: an ensemble needs the same tasks"]
+    assert error_lines(refused.stderr) == [
+        f"error: {other} predicts regression of ['solubility'], {out} regression "
+        f"of ['logSolubility']: an ensemble needs the same tasks"
+    ]
 
 
 def _predict(arguments, stdin):
     """predict.py's predictions for SMILES given on stdin, one task."""
-    result = subprocess.run([sys.executable, str(SCRIPTS / "predict.py"), *map(str, arguments)], input=stdin,
-                            capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "predict.py"), *map(str, arguments)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     return [float(line.split(",")[1]) for line in result.stdout.splitlines()[1:]]

@@ -1,4 +1,5 @@
 """The two training scripts and the example, run for real: torchrun, processes, files."""
+
 import fcntl
 import json
 import os
@@ -9,17 +10,37 @@ import subprocess
 import sys
 import termios
 
+from helpers import (
+    DDP,
+    EXAMPLE,
+    FAST_FLAGS,
+    FAULT_TOLERANT,
+    ROOT,
+    SINGLE,
+    error_lines,
+    final_lines,
+    our_traceback,
+    run_script,
+    with_flag,
+)
 import pandas as pd
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from helpers import (DDP, EXAMPLE, FAST_FLAGS, FAULT_TOLERANT, ROOT, SINGLE, error_lines, final_lines, our_traceback, run_script,
-                     with_flag)
-
-METRIC_FIELDS = {"test_roc_auc", "best_dev_roc_auc", "best_epoch", "epochs_completed", "world_size",
-                 "global_batch_size", "train_samples_per_second", "wall_seconds", "task", "label_columns",
-                 "test_metrics"}
+METRIC_FIELDS = {
+    "test_roc_auc",
+    "best_dev_roc_auc",
+    "best_epoch",
+    "epochs_completed",
+    "world_size",
+    "global_batch_size",
+    "train_samples_per_second",
+    "wall_seconds",
+    "task",
+    "label_columns",
+    "test_metrics",
+}
 
 
 def _event_files(output):
@@ -43,13 +64,30 @@ def _hparams(output):
 def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
     # as users run it: no --output-dir (a new runs/ddp/version_N), output into a file, not a terminal
     with open(tmp_path / "train.log", "w") as log:
-        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                               str(DDP), str(bbbp_subset), *FAST_FLAGS[:-1], "--test-every-epoch"], cwd=tmp_path,
-                              stdout=log, stderr=subprocess.STDOUT, timeout=240)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                str(DDP),
+                str(bbbp_subset),
+                *FAST_FLAGS[:-1],
+                "--test-every-epoch",
+            ],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=240,
+        )
     text = (tmp_path / "train.log").read_text()
     assert done.returncode == 0, text[-3000:]
     assert "\r" not in text  # the progress bar is for terminals only
-    assert [line.split()[2] for line in text.splitlines() if line.startswith("[rank0] epoch ")] == ["1/2", "2/2"]
+    assert [line.split()[2] for line in text.splitlines() if line.startswith("[rank0] epoch ")] == [
+        "1/2",
+        "2/2",
+    ]
     finals = final_lines(text)
     assert len(finals) == 1
     out = tmp_path / "runs" / "ddp" / "version_0"
@@ -58,26 +96,59 @@ def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
     assert metrics["world_size"] == 2 and metrics["global_batch_size"] == 32
     assert metrics["per_rank_batch_size"] == 16 and metrics["epochs_completed"] == 2
     assert f"{metrics['test_roc_auc']:.4f}" == finals[0].split(": ")[1]
-    assert {"best_model.pt", "tokenizer.json", "hparams.json", "task.json", "roc_curve.png",
-            "training_curves.png"} <= {p.name for p in out.iterdir()}
+    assert {
+        "best_model.pt",
+        "tokenizer.json",
+        "hparams.json",
+        "task.json",
+        "roc_curve.png",
+        "training_curves.png",
+    } <= {p.name for p in out.iterdir()}
     # One writer, one run: curves and hparams in rank 0's one event file
-    assert _event_files(out) == [p.name for p in out.glob("events.out.tfevents.*")] and len(_event_files(out)) == 1
+    assert (
+        _event_files(out) == [p.name for p in out.glob("events.out.tfevents.*")]
+        and len(_event_files(out)) == 1
+    )
     events = _scalars(out)
     for tag in ("Loss/train", "Loss/dev", "Loss/test", "ROC_AUC/dev", "ROC_AUC/test", "LR"):
         assert [e.step for e in events.Scalars(tag)] == [1, 2], tag
     steps = len(events.Scalars("Loss/train_step"))
-    assert steps % 2 == 0 and steps // 2 >= 216 // 32, steps  # every step of both epochs (216 training molecules)
+    assert steps % 2 == 0 and steps // 2 >= 216 // 32, (
+        steps
+    )  # every step of both epochs (216 training molecules)
     assert [e.step for e in events.Scalars("Loss/train_step")] == list(range(1, steps + 1))
     assert "ROC/test" in events.Tags()["images"]
     saved = json.loads((out / "hparams.json").read_text())
-    assert saved["smiles_form"] == "canonical" and saved["split_sizes"] == [0.72, 0.18, 0.1]  # the defaults
+    assert saved["smiles_form"] == "canonical" and saved["split_sizes"] == [
+        0.72,
+        0.18,
+        0.1,
+    ]  # the defaults
     splits = json.loads((out / "splits.json").read_text())
-    assert splits["split"] == "stratified" and len(splits["test"]) == metrics["test_metrics"]["molecules"]
+    assert (
+        splits["split"] == "stratified"
+        and len(splits["test"]) == metrics["test_metrics"]["molecules"]
+    )
     hparams = _hparams(out)
-    for flag in ("max_epochs", "patience", "sampler", "amp", "accumulate", "dataset", "label_column", "lr", "seed"):
+    for flag in (
+        "max_epochs",
+        "patience",
+        "sampler",
+        "amp",
+        "accumulate",
+        "dataset",
+        "label_column",
+        "lr",
+        "seed",
+    ):
         assert flag in hparams, flag
-    assert hparams["label_column"].string_value == "p_np" and hparams["max_epochs"].number_value == 2
-    final = {tag: events.Scalars(tag)[-1].value for tag in ("hparam/test_roc_auc", "hparam/best_dev_roc_auc")}
+    assert (
+        hparams["label_column"].string_value == "p_np" and hparams["max_epochs"].number_value == 2
+    )
+    final = {
+        tag: events.Scalars(tag)[-1].value
+        for tag in ("hparam/test_roc_auc", "hparam/best_dev_roc_auc")
+    }
     assert final["hparam/test_roc_auc"] == pytest.approx(metrics["test_roc_auc"])
 
     # a second run: its own folder; and without --test-every-epoch the test split is scored once, at the end
@@ -94,9 +165,22 @@ def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
 def test_the_progress_bar_is_drawn_on_a_terminal(bbbp_subset, tmp_path):
     """The other side of 'no bar in files': on a terminal it is there."""
     leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
-    process = subprocess.Popen([sys.executable, str(SINGLE), bbbp_subset, "--output-dir", str(tmp_path / "run"),
-                                *FAST_FLAGS[:-1]], stdout=subprocess.PIPE, stderr=follower, cwd=ROOT)
+    fcntl.ioctl(
+        follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0)
+    )  # a new pty is 0 columns wide
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(SINGLE),
+            bbbp_subset,
+            "--output-dir",
+            str(tmp_path / "run"),
+            *FAST_FLAGS[:-1],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=ROOT,
+    )
     os.close(follower)
     chunks = []
     while True:  # read while it runs: a full terminal buffer would block the writer
@@ -118,7 +202,9 @@ def test_the_progress_bar_is_drawn_on_a_terminal(bbbp_subset, tmp_path):
 def test_single_process_script_and_ddp_script_without_torchrun(bbbp_subset, tmp_path):
     for script, form, molecules in ((SINGLE, "raw", 300), (DDP, "canonical", 298)):
         out = tmp_path / script.stem
-        result = run_script([script, bbbp_subset, "--output-dir", out, "--smiles-form", form, *FAST_FLAGS])
+        result = run_script(
+            [script, bbbp_subset, "--output-dir", out, "--smiles-form", form, *FAST_FLAGS]
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         assert len(final_lines(result.stdout)) == 1
         metrics = json.loads((out / "metrics.json").read_text())
@@ -126,8 +212,9 @@ def test_single_process_script_and_ddp_script_without_torchrun(bbbp_subset, tmp_
         assert json.loads((out / "hparams.json").read_text())["smiles_form"] == form
         # raw keeps the 2 rows RDKit cannot parse (rows 61 and 63); canonical drops them
         splits = json.loads((out / "splits.json").read_text())
-        assert sorted(splits["train"] + splits["dev"] + splits["test"]) == \
-            [r for r in range(2, 302) if form == "raw" or r not in (61, 63)]
+        assert sorted(splits["train"] + splits["dev"] + splits["test"]) == [
+            r for r in range(2, 302) if form == "raw" or r not in (61, 63)
+        ]
         assert len(splits["train"] + splits["dev"] + splits["test"]) == molecules
 
 
@@ -136,11 +223,26 @@ def test_several_tasks_with_missing_labels_score_the_mean_roc_auc(sider_subset, 
     frame = pd.read_csv(sider_subset)
     columns = list(frame.columns[1:])
     out = tmp_path / "run"
-    result = run_script([DDP, sider_subset, "--label-column", ",".join(columns), "--output-dir", out,
-                         "--class-weight", "balanced", *FAST_FLAGS], nproc=2, timeout=380)
+    result = run_script(
+        [
+            DDP,
+            sider_subset,
+            "--label-column",
+            ",".join(columns),
+            "--output-dir",
+            out,
+            "--class-weight",
+            "balanced",
+            *FAST_FLAGS,
+        ],
+        nproc=2,
+        timeout=380,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout)) == 1
-    assert "classification, 27 label columns; rank 0 of 2" in (out / "logs" / "rank0.log").read_text()
+    assert (
+        "classification, 27 label columns; rank 0 of 2" in (out / "logs" / "rank0.log").read_text()
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["label_columns"] == columns and len(columns) == 27
     per_task = metrics["test_metrics"]["per_task"]
@@ -148,27 +250,38 @@ def test_several_tasks_with_missing_labels_score_the_mean_roc_auc(sider_subset, 
     assert metrics["test_roc_auc"] == pytest.approx(sum(scored) / len(scored))
     assert metrics["test_metrics"]["tasks_scored"] == len(scored) >= 20
     # the gaps cut into the first columns are left out of that task's count
-    assert per_task[columns[0]]["molecules"] < per_task[columns[10]]["molecules"] == 40  # the test split
+    assert (
+        per_task[columns[0]]["molecules"] < per_task[columns[10]]["molecules"] == 40
+    )  # the test split
     tags = _scalars(out).Tags()["scalars"]
     assert f"ROC_AUC/dev/{columns[0]}" in tags and "ROC_AUC/dev" in tags
     # --class-weight balanced: each column's positives weighted by its training negatives per positive
-    train = frame.iloc[[row - 2 for row in json.loads((out / "splits.json").read_text())["train"]]][columns]
-    assert json.loads((out / "task.json").read_text())["positive_weight"] == \
-        pytest.approx(list((train == 0).sum() / (train == 1).sum()))
+    train = frame.iloc[[row - 2 for row in json.loads((out / "splits.json").read_text())["train"]]][
+        columns
+    ]
+    assert json.loads((out / "task.json").read_text())["positive_weight"] == pytest.approx(
+        list((train == 0).sum() / (train == 1).sum())
+    )
     assert json.loads((out / "hparams.json").read_text())["class_weight"] == "balanced"
 
 
 @pytest.mark.timeout(300)
 def test_regression_reports_rmse_in_the_labels_units(esol_subset, tmp_path):
     out = tmp_path / "run"
-    result = run_script([DDP, esol_subset, "--label-column", "logSolubility", "--output-dir", out, *FAST_FLAGS],
-                        nproc=2)
+    result = run_script(
+        [DDP, esol_subset, "--label-column", "logSolubility", "--output-dir", out, *FAST_FLAGS],
+        nproc=2,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     finals = final_lines(result.stdout, "RMSE")
     assert len(finals) == 1 and result.stdout.strip().splitlines()[-1] == finals[0]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["task"] == "regression" and {"rmse", "mae", "r2"} <= metrics["test_metrics"].keys()
-    assert metrics["best_dev_rmse"] == min(h["dev_rmse"] for h in metrics["history"])  # lowest is best
+    assert (
+        metrics["task"] == "regression" and {"rmse", "mae", "r2"} <= metrics["test_metrics"].keys()
+    )
+    assert metrics["best_dev_rmse"] == min(
+        h["dev_rmse"] for h in metrics["history"]
+    )  # lowest is best
     task = json.loads((out / "task.json").read_text())
     train_labels = pd.read_csv(esol_subset)["logSolubility"]
     assert -4.5 < task["mean"][0] < -1.5 and abs(task["std"][0] - train_labels.std()) < 0.5
@@ -178,12 +291,28 @@ def test_regression_reports_rmse_in_the_labels_units(esol_subset, tmp_path):
 @pytest.mark.timeout(300)
 def test_the_fingerprint_example_trains_under_torchrun(esol_path, tmp_path):
     out = tmp_path / "run"
-    result = run_script([EXAMPLE, esol_path, "--label-column", "logSolubility", "--output-dir", out,
-                         "--epochs", "3", "--quiet"], nproc=2)
+    result = run_script(
+        [
+            EXAMPLE,
+            esol_path,
+            "--label-column",
+            "logSolubility",
+            "--output-dir",
+            out,
+            "--epochs",
+            "3",
+            "--quiet",
+        ],
+        nproc=2,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout, "RMSE")) == 1
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["task"] == "regression" and metrics["epochs_completed"] == 3
+    assert (
+        metrics["world_size"] == 2
+        and metrics["task"] == "regression"
+        and metrics["epochs_completed"] == 3
+    )
     assert metrics["test_rmse"] < 2.1  # the labels' own spread: it learned something
     hparams = json.loads((out / "hparams.json").read_text())
     assert hparams["model"]["inputs"] == 2048 and (out / "features.json").exists()
@@ -194,27 +323,46 @@ def test_a_failure_on_rank_0_alone_stops_every_rank_at_once(bbbp_subset, tmp_pat
     """Rank 0 scores dev while the others wait for its figures: in the fault-tolerant rung its
     failure is what they receive, not a silence until --dist-timeout."""
     slow = ROOT / "tests" / "integration" / "slow_evaluation.py"
-    result = run_script([slow, FAULT_TOLERANT, bbbp_subset, "--output-dir", tmp_path / "o", *FAST_FLAGS,
-                         "--dist-timeout", "600"], nproc=2, timeout=100,
-                        env={"EVALUATION_ERROR": "dev cannot be scored"})
+    result = run_script(
+        [
+            slow,
+            FAULT_TOLERANT,
+            bbbp_subset,
+            "--output-dir",
+            tmp_path / "o",
+            *FAST_FLAGS,
+            "--dist-timeout",
+            "600",
+        ],
+        nproc=2,
+        timeout=100,
+        env={"EVALUATION_ERROR": "dev cannot be scored"},
+    )
     assert result.returncode != 0
     errors = error_lines(result.stderr)
-    assert len(errors) == 2 and all("rank 0 failed: dev cannot be scored" in e for e in errors), errors
+    assert len(errors) == 2 and all("rank 0 failed: dev cannot be scored" in e for e in errors), (
+        errors
+    )
     assert not our_traceback(result.stderr)
 
 
 def test_the_example_refuses_flags_it_cannot_honour(bbbp_subset, tmp_path):
     """Fingerprints have no other writing: --augment and --tta are not the example's flags."""
     for flag in (["--augment"], ["--tta", "1"]):
-        result = run_script([EXAMPLE, bbbp_subset, "--output-dir", tmp_path / "o", *flag], timeout=60)
+        result = run_script(
+            [EXAMPLE, bbbp_subset, "--output-dir", tmp_path / "o", *flag], timeout=60
+        )
         assert result.returncode == 2 and f"unrecognized arguments: {flag[0]}" in result.stderr
         assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.timeout(120)
 def test_bad_column_stops_every_rank_with_one_error_line(bbbp_subset, tmp_path):
-    result = run_script([DDP, bbbp_subset, "--label-column", "nope", "--output-dir", tmp_path / "o", *FAST_FLAGS],
-                        nproc=2, timeout=100)
+    result = run_script(
+        [DDP, bbbp_subset, "--label-column", "nope", "--output-dir", tmp_path / "o", *FAST_FLAGS],
+        nproc=2,
+        timeout=100,
+    )
     assert result.returncode != 0
     errors = error_lines(result.stderr)
     assert len(errors) == 2 and all("no column 'nope'; the columns are" in e for e in errors)
@@ -236,13 +384,24 @@ def test_the_tutorial_cites_the_ddp_steps_as_the_script_numbers_them():
 def test_data_warnings_are_printed_once_not_once_per_rank(bbbp_subset, tmp_path):
     table = pd.read_csv(bbbp_subset)
     table.loc[5, "p_np"] = None  # a row without a label: dropped with a warning
-    table.loc[len(table)] = {**table.loc[0].to_dict(), "p_np": 1 - table.loc[0, "p_np"]}  # same SMILES, other label
+    table.loc[len(table)] = {
+        **table.loc[0].to_dict(),
+        "p_np": 1 - table.loc[0, "p_np"],
+    }  # same SMILES, other label
     path = tmp_path / "gaps.csv"
     table.to_csv(path, index=False)
-    result = run_script([DDP, path, "--output-dir", tmp_path / "run", *with_flag(FAST_FLAGS, "--epochs", 1)], nproc=2)
+    result = run_script(
+        [DDP, path, "--output-dir", tmp_path / "run", *with_flag(FAST_FLAGS, "--epochs", 1)],
+        nproc=2,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
     assert len(warnings) == 4, warnings
     assert all(line.startswith("[rank0] warning: ") for line in warnings)
-    for said in ("have no 'p_np' label", "RDKit cannot parse", "SMILES appear more than once", "different labels"):
+    for said in (
+        "have no 'p_np' label",
+        "RDKit cannot parse",
+        "SMILES appear more than once",
+        "different labels",
+    ):
         assert sum(said in w for w in warnings) == 1, said

@@ -2,6 +2,7 @@
 `scontrol` first on PATH, the variables Slurm would set, one node (this
 machine). The print-only mode is checked for both recipes; the CPU recipe
 also trains for real through the fake srun, two workers on loopback."""
+
 import json
 import os
 from pathlib import Path
@@ -9,9 +10,8 @@ import shlex
 import subprocess
 import sys
 
-import pytest
-
 from helpers import FAST_FLAGS, ROOT, final_lines, free_port, run_command
+import pytest
 
 GPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp.sbatch"
 CPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp_cpu.sbatch"
@@ -53,15 +53,27 @@ def fake_slurm(tmp_path):
     for name, text in [("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)]:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "PARTORCH_", "RDZV_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SRUN_", "PARTORCH_", "RDZV_"))
+    }
     env.pop("OMP_NUM_THREADS", None)
     env.pop("NPROC", None)
     env.pop("OUTPUT_DIR", None)
     # torchrun from this interpreter's environment, even if it was not activated
-    env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.update(SLURM_JOB_ID=str(JOB_ID), SLURM_JOB_NODELIST="127.0.0.1", SLURM_JOB_NUM_NODES="1",
-               SLURM_NNODES="1", SLURM_NTASKS="1", SLURM_CPUS_PER_TASK="2",
-               FAKE_SRUN_RECORD=str(tmp_path / "srun_args.txt"))
+    env["PATH"] = os.pathsep.join(
+        [str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")]
+    )
+    env.update(
+        SLURM_JOB_ID=str(JOB_ID),
+        SLURM_JOB_NODELIST="127.0.0.1",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_NNODES="1",
+        SLURM_NTASKS="1",
+        SLURM_CPUS_PER_TASK="2",
+        FAKE_SRUN_RECORD=str(tmp_path / "srun_args.txt"),
+    )
     return env
 
 
@@ -94,12 +106,16 @@ def test_recipes_are_valid_bash(sbatch):
     assert subprocess.run(["bash", "-n", str(sbatch)]).returncode == 0
 
 
-@pytest.mark.parametrize("sbatch, gpus, cpus, nproc_env, nproc", [
-    (GPU_SBATCH, "4", "16", None, "4"),   # one worker per GPU
-    (CPU_SBATCH, None, "2", None, "2"),   # 4 workers, but never more than the cores
-    (CPU_SBATCH, None, "32", None, "4"),  # 4 workers x 8 threads
-    (CPU_SBATCH, None, "32", "8", "8"),   # NPROC chooses
-], ids=["gpu", "cpu-2-cores", "cpu-32-cores", "cpu-NPROC"])
+@pytest.mark.parametrize(
+    "sbatch, gpus, cpus, nproc_env, nproc",
+    [
+        (GPU_SBATCH, "4", "16", None, "4"),  # one worker per GPU
+        (CPU_SBATCH, None, "2", None, "2"),  # 4 workers, but never more than the cores
+        (CPU_SBATCH, None, "32", None, "4"),  # 4 workers x 8 threads
+        (CPU_SBATCH, None, "32", "8", "8"),  # NPROC chooses
+    ],
+    ids=["gpu", "cpu-2-cores", "cpu-32-cores", "cpu-NPROC"],
+)
 def test_print_only(fake_slurm, sbatch, gpus, cpus, nproc_env, nproc):
     env = {**fake_slurm, "SLURM_CPUS_PER_TASK": cpus}
     if gpus:
@@ -114,27 +130,41 @@ def test_print_only(fake_slurm, sbatch, gpus, cpus, nproc_env, nproc):
     assert "--ntasks-per-node=1" in srun_options
     assert f"--rdzv-endpoint 127.0.0.1:{DERIVED_PORT}" in line
     assert f"--rdzv-id {JOB_ID}" in line
-    for flag, value in [("--nnodes", "1"), ("--nproc-per-node", nproc), ("--rdzv-backend", "c10d"),
-                        ("--max-restarts", "3"), ("--output-dir", f"runs/slurm-{JOB_ID}")]:
+    for flag, value in [
+        ("--nnodes", "1"),
+        ("--nproc-per-node", nproc),
+        ("--rdzv-backend", "c10d"),
+        ("--max-restarts", "3"),
+        ("--output-dir", f"runs/slurm-{JOB_ID}"),
+    ]:
         assert _value(command, flag) == value, flag
     assert "--quiet" not in command  # the per-epoch lines belong in the .out file
     # the command parses with torchrun's own parser, and the rest with our script's
     from torch.distributed.run import get_args_parser
+
     torchrun_args = get_args_parser().parse_args(command[1:])
     assert Path(torchrun_args.training_script).name == "basic_neural_network_ddp.py"
     sys.path.insert(0, str(ROOT / "scripts"))
     from basic_neural_network_ddp import build_parser
+
     script_args = build_parser().parse_args(torchrun_args.training_script_args)
     assert script_args.dataset == "data/HIV.csv" and script_args.label_column == ["HIV_active"]
 
 
 @pytest.mark.parametrize("sbatch", [GPU_SBATCH, CPU_SBATCH], ids=["gpu", "cpu"])
 def test_rdzv_port_and_output_dir_overrides(fake_slurm, sbatch):
-    env = {**fake_slurm, "SLURM_GPUS_ON_NODE": "2", "RDZV_PORT": "23456", "OUTPUT_DIR": "/shared/runs/x"}
+    env = {
+        **fake_slurm,
+        "SLURM_GPUS_ON_NODE": "2",
+        "RDZV_PORT": "23456",
+        "OUTPUT_DIR": "/shared/runs/x",
+    }
     _, command = _split(_printed(sbatch, env, args=()))
     assert _value(command, "--rdzv-endpoint") == "127.0.0.1:23456"
     assert _value(command, "--output-dir") == "/shared/runs/x"
-    assert command[command.index("scripts/basic_neural_network_ddp.py") + 1] == "dataset/BBBP.csv"  # the default
+    assert (
+        command[command.index("scripts/basic_neural_network_ddp.py") + 1] == "dataset/BBBP.csv"
+    )  # the default
 
 
 def test_gpu_recipe_refuses_an_allocation_without_gpus(fake_slurm):
@@ -146,8 +176,13 @@ def test_gpu_recipe_refuses_an_allocation_without_gpus(fake_slurm):
 @pytest.mark.timeout(400)
 def test_cpu_recipe_trains_through_srun(fake_slurm, tmp_path, bbbp_subset):
     out = tmp_path / "run"
-    env = {**fake_slurm, "SLURM_JOB_ID": "4243", "RDZV_PORT": str(free_port()), "OUTPUT_DIR": str(out),
-           "GLOO_SOCKET_IFNAME": "lo"}
+    env = {
+        **fake_slurm,
+        "SLURM_JOB_ID": "4243",
+        "RDZV_PORT": str(free_port()),
+        "OUTPUT_DIR": str(out),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
     result = _run(CPU_SBATCH, [bbbp_subset, *FAST_FLAGS], env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout)) == 1, result.stdout

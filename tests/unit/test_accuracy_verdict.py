@@ -1,10 +1,10 @@
 """The accuracy report's verdict: who wins, by how much, and when one side is a single figure; and the
 summary's pick of a network by dev scores alone."""
+
 import importlib.util
 
+from helpers import BENCHMARKS
 import pytest
-
-from helpers import BENCHMARKS, SCRIPTS
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,9 @@ def verdict(report):
 
 def test_a_gap_beyond_two_standard_errors_names_the_winner_and_the_margin(verdict):
     assert verdict([0.80, 0.82], [0.70, 0.71], higher_is_better=True) == "network better by 0.105"
-    assert verdict([1.0, 1.1], [0.5, 0.6], higher_is_better=False) == "forest better by 0.500"  # RMSE
+    assert (
+        verdict([1.0, 1.1], [0.5, 0.6], higher_is_better=False) == "forest better by 0.500"
+    )  # RMSE
 
 
 def test_a_gap_inside_the_noise_is_called_so(verdict):
@@ -30,34 +32,64 @@ def test_a_gap_inside_the_noise_is_called_so(verdict):
     assert text.startswith("within noise (+0.005, two standard errors ") and "one" not in text
 
 
-@pytest.mark.parametrize("network, forest, alone", [([0.77], [0.79, 0.80, 0.81], "one network figure"),
-                                                    ([0.72, 0.73], [0.81], "one forest figure")])
-def test_a_single_figure_is_flagged_since_its_spread_is_not_in_the_noise(verdict, network, forest, alone):
+@pytest.mark.parametrize(
+    "network, forest, alone",
+    [
+        ([0.77], [0.79, 0.80, 0.81], "one network figure"),
+        ([0.72, 0.73], [0.81], "one forest figure"),
+    ],
+)
+def test_a_single_figure_is_flagged_since_its_spread_is_not_in_the_noise(
+    verdict, network, forest, alone
+):
     text = verdict(network, forest, higher_is_better=False)
     assert f"({alone}: the noise leaves out its spread)" in text
 
 
 def test_two_single_figures_are_both_named(verdict):
     text = verdict([0.77], [0.80], higher_is_better=True)
-    assert text.endswith("(one network figure and one forest figure: the noise leaves out their spread)")
+    assert text.endswith(
+        "(one network figure and one forest figure: the noise leaves out their spread)"
+    )
 
 
-SEEDS = {"forest": [1, 2, 3], "network": [1, 2, 3], "network, long": [1, 2, 3], "network, wide": [1, 2]}
-TESTS = {"forest": [0.80, 0.81, 0.82], "network": [0.90, 0.91, 0.92], "network, long": [0.70, 0.71, 0.72],
-         "network, wide": [0.99, 0.99]}
+SEEDS = {
+    "forest": [1, 2, 3],
+    "network": [1, 2, 3],
+    "network, long": [1, 2, 3],
+    "network, wide": [1, 2],
+}
+TESTS = {
+    "forest": [0.80, 0.81, 0.82],
+    "network": [0.90, 0.91, 0.92],
+    "network, long": [0.70, 0.71, 0.72],
+    "network, wide": [0.99, 0.99],
+}
 
 
 def test_the_summary_picks_the_network_by_dev_never_by_test(report):
-    devs = {"forest": {}, "network": {1: 0.80, 2: 0.80, 3: 0.80}, "network, long": {1: 0.90, 2: 0.85, 3: 0.88},
-            "network, wide": {1: 0.99, 2: 0.99}}  # wide: best dev, but seed 3 missing: not comparable
+    devs = {
+        "forest": {},
+        "network": {1: 0.80, 2: 0.80, 3: 0.80},
+        "network, long": {1: 0.90, 2: 0.85, 3: 0.88},
+        "network, wide": {1: 0.99, 2: 0.99},
+    }  # wide: best dev, but seed 3 missing: not comparable
     standing = report.dev_pick("X random 80/10/10", TESTS, devs, SEEDS, higher=True)
-    assert (standing.label, round(standing.dev, 4), standing.network) == ("network, long", 0.8767, [0.70, 0.71, 0.72])
+    assert (standing.label, round(standing.dev, 4), standing.network) == (
+        "network, long",
+        0.8767,
+        [0.70, 0.71, 0.72],
+    )
     assert "forest better by 0.100" in standing.row()
 
 
 def test_the_summary_picks_the_lowest_dev_rmse_and_needs_a_forest(report):
-    devs = {"forest": {}, "network": {1: 0.6, 2: 0.7, 3: 0.8}, "network, long": {1: 0.9, 2: 0.9, 3: 0.9},
-            "network, wide": {}}
+    devs = {
+        "forest": {},
+        "network": {1: 0.6, 2: 0.7, 3: 0.8},
+        "network, long": {1: 0.9, 2: 0.9, 3: 0.9},
+        "network, wide": {},
+    }
     assert report.dev_pick("X", TESTS, devs, SEEDS, higher=False).label == "network"
     no_forest = {label: seeds for label, seeds in SEEDS.items() if label != "forest"}
     assert report.dev_pick("X", TESTS, devs, no_forest, higher=False) is None

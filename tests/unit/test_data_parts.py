@@ -1,4 +1,5 @@
 """CSV reading, splits, the typed batch, samplers and loaders."""
+
 import hashlib
 
 import numpy as np
@@ -6,11 +7,11 @@ import pytest
 import torch
 
 from partorch.ddp.data import Batch, FeatureDataset
-from partorch.molecules.datasets import collate_token_ids, smiles_dataset
 from partorch.ddp.loaders import get_dataloader, get_ddp_dataloader
-from partorch.molecules.table import DataError, read_molecule_csv, resolve_columns
 from partorch.ddp.sampler import LengthBucketBatchSampler
+from partorch.molecules.datasets import collate_token_ids, smiles_dataset
 from partorch.molecules.splits import split_indices
+from partorch.molecules.table import DataError, read_molecule_csv, resolve_columns
 from partorch.molecules.tokenizer import SmilesTokenizer
 
 
@@ -34,7 +35,12 @@ def test_missing_column_lists_the_columns(write_csv):
 
 def test_label_columns_with_commas_in_their_names_are_found():
     columns = ["smiles", "a", "Injury,_poisoning", "b,c", "d"]
-    assert resolve_columns(["a,Injury,_poisoning,b,c", "d"], columns, "f.csv") == ["a", "Injury,_poisoning", "b,c", "d"]
+    assert resolve_columns(["a,Injury,_poisoning,b,c", "d"], columns, "f.csv") == [
+        "a",
+        "Injury,_poisoning",
+        "b,c",
+        "d",
+    ]
     with pytest.raises(DataError, match="no column 'x'"):
         resolve_columns(["a,x"], columns, "f.csv")
     with pytest.raises(DataError, match="named twice"):
@@ -43,7 +49,9 @@ def test_label_columns_with_commas_in_their_names_are_found():
 
 def test_non_numbers_name_their_rows(write_csv):
     path = write_csv("smiles,p_np\nCCO,1\nCCC,yes\nCCN,0\nCCCl,maybe\n")
-    with pytest.raises(DataError, match=r"must hold numbers; 2 cells do not, first: row 3: 'yes'; row 5: 'maybe'"):
+    with pytest.raises(
+        DataError, match=r"must hold numbers; 2 cells do not, first: row 3: 'yes'; row 5: 'maybe'"
+    ):
         read_molecule_csv(path)
 
 
@@ -65,7 +73,10 @@ def test_several_columns_keep_single_gaps_as_missing_labels(write_csv):
 
 def test_split_is_deterministic_disjoint_and_stratified(bbbp_path):
     classes = read_molecule_csv(bbbp_path).labels[:, 0].astype(int)
-    a, b = split_indices(len(classes), 7, classes=classes), split_indices(len(classes), 7, classes=classes)
+    a, b = (
+        split_indices(len(classes), 7, classes=classes),
+        split_indices(len(classes), 7, classes=classes),
+    )
     c = split_indices(len(classes), 8, classes=classes)
     assert a.as_lists() == b.as_lists() and a.test.tolist() != c.test.tolist()
     everything = np.concatenate([a.train, a.dev, a.test])
@@ -86,8 +97,9 @@ def test_without_classes_the_stratified_split_is_the_random_one():
 
 
 def test_collate_pads_with_zero_into_a_typed_batch():
-    batch = collate_token_ids([(torch.tensor([5, 6, 7]), torch.tensor([1.0])),
-                               (torch.tensor([8]), torch.tensor([0.0]))])
+    batch = collate_token_ids(
+        [(torch.tensor([5, 6, 7]), torch.tensor([1.0])), (torch.tensor([8]), torch.tensor([0.0]))]
+    )
     tokens, lengths = batch.inputs
     assert tokens.tolist() == [[5, 6, 7], [8, 0, 0]] and lengths.tolist() == [3, 1]
     assert batch.targets.tolist() == [[1.0], [0.0]] and len(batch) == 2
@@ -98,7 +110,9 @@ def test_batch_splits_into_micro_batches_in_order():
     pieces = batch.split(2)
     assert [len(p) for p in pieces] == [3, 2]
     assert torch.equal(torch.cat([p.inputs[0] for p in pieces]), batch.inputs[0])
-    assert [len(p) for p in Batch((torch.zeros(1, 2),), torch.zeros(1, 1)).split(4)] == [1]  # no empty pieces
+    assert [len(p) for p in Batch((torch.zeros(1, 2),), torch.zeros(1, 1)).split(4)] == [
+        1
+    ]  # no empty pieces
 
 
 def _epoch_indices(sampler, epoch):
@@ -108,7 +122,10 @@ def _epoch_indices(sampler, epoch):
 
 def test_bucket_sampler_ranks_cover_the_split_once_with_equal_step_counts():
     lengths = np.random.default_rng(0).integers(5, 60, size=1001)
-    samplers = [LengthBucketBatchSampler(lengths, 64, world_size=2, rank=r, shuffle=True, seed=3) for r in range(2)]
+    samplers = [
+        LengthBucketBatchSampler(lengths, 64, world_size=2, rank=r, shuffle=True, seed=3)
+        for r in range(2)
+    ]
     seen = [_epoch_indices(s, 1) for s in samplers]
     assert sorted(seen[0] + seen[1]) == list(range(1001))
     assert len(samplers[0]) == len(samplers[1])
@@ -127,14 +144,18 @@ def test_bucket_sampler_groups_similar_lengths():
 def test_bucket_sampler_fills_whole_batches_with_one_length_where_it_can():
     """Batches without padding run as one fused LSTM call: a length held by
     130 items gives two full batches of 64 of it alone, every epoch."""
-    lengths = np.concatenate([np.full(130, 10), np.random.default_rng(1).integers(11, 40, size=300)])
+    lengths = np.concatenate(
+        [np.full(130, 10), np.random.default_rng(1).integers(11, 40, size=300)]
+    )
     sampler = LengthBucketBatchSampler(lengths, 64, world_size=2, rank=1, shuffle=True, seed=0)
     for epoch in (1, 2):
         sampler.set_epoch(epoch)
         batches = [lengths[b] for b in sampler]
         uniform = [b for b in batches if len(set(b)) == 1 and b[0] == 10]
         assert len(uniform) == 2 and all(len(b) == 32 for b in uniform)
-        assert sum(int((b == 10).sum()) for b in batches) == 65  # this rank: 32 + 32, and 1 of the 2 left over
+        assert (
+            sum(int((b == 10).sum()) for b in batches) == 65
+        )  # this rank: 32 + 32, and 1 of the 2 left over
 
 
 def test_batch_not_divisible_by_world_size_is_refused():
@@ -165,8 +186,10 @@ def test_loaders_split_the_global_batch_and_set_epoch_through_their_sampler(samp
 def test_a_ready_dataset_without_lengths_is_batched_and_sharded():
     features, labels = torch.randn(30, 7), torch.randn(30)
     dataset = FeatureDataset(features, labels)
-    shards = [get_ddp_dataloader(dataset, rank=r, world_size=3, batch_size=6, shuffle=True, seed=1)
-              for r in range(3)]
+    shards = [
+        get_ddp_dataloader(dataset, rank=r, world_size=3, batch_size=6, shuffle=True, seed=1)
+        for r in range(3)
+    ]
     batches = [list(loader) for loader in shards]
     assert len({len(b) for b in batches}) == 1  # the same number of steps on every rank
     seen = torch.cat([b.inputs[0] for rank in batches for b in rank])

@@ -1,6 +1,7 @@
 """The attempt number every rank of a torchrun job agrees on, whatever a dead
 attempt left in the store, and the job name its restarts share; a worker's
 exit without teardown."""
+
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 import subprocess
@@ -25,9 +26,11 @@ def _client(server):
 
 def _attempt(server, world_size, delays):
     """Every rank's number, each rank starting after its delay (seconds)."""
+
     def rank(r):
         time.sleep(delays[r])
         return _agree_on_attempt(_client(server), r, world_size, TIMEOUT)
+
     with ThreadPoolExecutor(world_size) as pool:
         return list(pool.map(rank, range(world_size)))
 
@@ -35,7 +38,11 @@ def _attempt(server, world_size, delays):
 def test_every_rank_agrees_and_each_attempt_gets_a_new_number():
     server = _server()
     assert _attempt(server, 3, [0, 0, 0]) == [1, 1, 1]
-    assert _attempt(server, 3, [0.3, 0, 0.1]) == [2, 2, 2]  # rank 1 reads the dead attempt's number first
+    assert _attempt(server, 3, [0.3, 0, 0.1]) == [
+        2,
+        2,
+        2,
+    ]  # rank 1 reads the dead attempt's number first
 
 
 def test_keys_a_dead_attempt_left_behind_cannot_fool_a_rank():
@@ -53,25 +60,39 @@ def test_keys_a_dead_attempt_left_behind_cannot_fool_a_rank():
 
 def test_a_restart_keeps_the_jobs_name_and_gets_a_new_attempt(monkeypatch):
     from partorch.ddp import distributed
+
     monkeypatch.setattr(distributed, "_job", None)  # restored after the test
     server = _server()
-    for name, value in dict(WORLD_SIZE="1", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port),
-                            TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="none").items():
+    for name, value in dict(
+        WORLD_SIZE="1",
+        RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(server.port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        TORCHELASTIC_RUN_ID="none",
+    ).items():
         monkeypatch.setenv(name, value)
     first = distributed.rendezvous(TIMEOUT)
     job = distributed.torchrun_job_key()
-    second = distributed.rendezvous(TIMEOUT)  # torchrun restarted the worker: same store, new process
+    second = distributed.rendezvous(
+        TIMEOUT
+    )  # torchrun restarted the worker: same store, new process
     assert job.startswith("store:") and distributed.torchrun_job_key() == job
     first["store"].set("k", "1")
     assert not second["store"].check(["k"])  # each attempt its own keys
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")  # --rdzv-id, or --standalone's own: every node knows it
+    monkeypatch.setenv(
+        "TORCHELASTIC_RUN_ID", "job-7"
+    )  # --rdzv-id, or --standalone's own: every node knows it
     distributed.rendezvous(TIMEOUT)
     assert distributed.torchrun_job_key() == "rdzv:job-7"
 
 
 def test_without_a_name_for_the_job_a_restart_is_told_by_this_nodes_count(monkeypatch):
     from partorch.ddp import distributed
-    monkeypatch.setattr(distributed, "_job", None)  # e.g. TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, no --rdzv-id
+
+    monkeypatch.setattr(
+        distributed, "_job", None
+    )  # e.g. TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, no --rdzv-id
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
     assert not distributed.is_restart_of(None)
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
@@ -82,15 +103,23 @@ def test_without_a_name_for_the_job_a_restart_is_told_by_this_nodes_count(monkey
 
 def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypatch):
     import partorch.ddp.distributed as distributed
-    from partorch.ddp.errors import (PartorchError, UnexpectedError, UnexpectedFailure, raise_if_failed,
-                                 run_or_report)
+    from partorch.ddp.errors import (
+        PartorchError,
+        UnexpectedError,
+        UnexpectedFailure,
+        raise_if_failed,
+        run_or_report,
+    )
+
     store = dist.HashStore()
     monkeypatch.setattr(distributed, "_store", store)
 
     def fails(exc):
         def work():
             raise exc
+
         return work
+
     disk_full = run_or_report(fails(OSError(28, "No space left on device (connection timed out)")))
     assert isinstance(disk_full, UnexpectedFailure)  # rank 0's own trouble, passed on as one line
     with pytest.raises(UnexpectedError) as raised:
@@ -102,12 +131,14 @@ def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypat
 
 
 def test_exit_without_teardown_flushes_output_and_skips_the_interpreters_teardown():
-    code = ("import atexit, sys\n"
-            "from partorch.ddp.distributed import exit_without_teardown\n"
-            "atexit.register(print, 'teardown ran')\n"
-            "print('result', end='')\n"
-            "sys.stderr.write('note')\n"
-            "exit_without_teardown()\n"
-            "print('not reached')\n")
+    code = (
+        "import atexit, sys\n"
+        "from partorch.ddp.distributed import exit_without_teardown\n"
+        "atexit.register(print, 'teardown ran')\n"
+        "print('result', end='')\n"
+        "sys.stderr.write('note')\n"
+        "exit_without_teardown()\n"
+        "print('not reached')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "result" and done.stderr == "note"

@@ -1,6 +1,7 @@
 """The package is parts: lower layers never import higher ones, functions
 stay small, importing it draws no figure library, and what it declares
 (setup.py, environment.yml) and shows users stays in step."""
+
 import ast
 import importlib.metadata
 import re
@@ -62,7 +63,10 @@ def test_no_generic_part_imports_a_molecule_part():
 
 def test_importing_the_package_loads_no_figure_library():
     code = "import sys, partorch; print('matplotlib' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_importing_the_package_works_without_matplotlib():
@@ -92,9 +96,25 @@ def test_nothing_user_facing_names_the_development_data_folder():
     found = []
     for path in ROOT.rglob("*"):
         parts = path.relative_to(ROOT).parts
-        if any(p.startswith(".") or p in skip or p.endswith(".egg-info") for p in parts) or not path.is_file():
+        if (
+            any(p.startswith(".") or p in skip or p.endswith(".egg-info") for p in parts)
+            or not path.is_file()
+        ):
             continue
-        if path.suffix in {".py", ".md", ".ipynb", ".yml", ".toml", ".sbatch", ".txt", ".cfg", ".sh"}:
-            found += [f"{path.relative_to(ROOT)}:{n}" for n, line in enumerate(path.read_text().splitlines(), 1)
-                      if "../shared" in line]
+        if path.suffix in {
+            ".py",
+            ".md",
+            ".ipynb",
+            ".yml",
+            ".toml",
+            ".sbatch",
+            ".txt",
+            ".cfg",
+            ".sh",
+        }:
+            found += [
+                f"{path.relative_to(ROOT)}:{n}"
+                for n, line in enumerate(path.read_text().splitlines(), 1)
+                if "../shared" in line
+            ]
     assert found == []

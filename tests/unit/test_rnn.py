@@ -15,7 +15,9 @@ def _batch(lengths, vocab=20, seed=0):
 def test_shapes():
     tokens, lengths, _ = _batch([5, 9, 3])
     for bidirectional in (True, False):
-        model = RNNPredictor(20, embedding_dim=8, d_model=6, num_layers=2, bidirectional=bidirectional)
+        model = RNNPredictor(
+            20, embedding_dim=8, d_model=6, num_layers=2, bidirectional=bidirectional
+        )
         assert model(tokens, lengths).shape == (3, 1)
         assert model.encode(tokens, lengths).shape == (3, 12 if bidirectional else 6)
     assert RNNPredictor(20, d_model=6, num_outputs=27)(tokens, lengths).shape == (3, 27)
@@ -23,7 +25,10 @@ def test_shapes():
 
 def test_reverse_each_reverses_only_the_real_tokens():
     x = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]]).unsqueeze(-1)
-    assert reverse_each(x, torch.tensor([3, 2])).squeeze(-1).tolist() == [[3, 2, 1, 0], [5, 4, 0, 0]]
+    assert reverse_each(x, torch.tensor([3, 2])).squeeze(-1).tolist() == [
+        [3, 2, 1, 0],
+        [5, 4, 0, 0],
+    ]
 
 
 def test_bidirectional_summary_uses_forward_and_backward_final_states():
@@ -35,10 +40,17 @@ def test_bidirectional_summary_uses_forward_and_backward_final_states():
     summary = model.encode(tokens, lengths)
     embedded = model.embedding(tokens)
     one_way = torch.nn.LSTM(8, 6, batch_first=True)
-    one_way.load_state_dict({k: v for k, v in model.lstm.state_dict().items() if not k.endswith("_reverse")})
+    one_way.load_state_dict(
+        {k: v for k, v in model.lstm.state_dict().items() if not k.endswith("_reverse")}
+    )
     forward_final = one_way(embedded)[0][:, -1]
-    one_way.load_state_dict({k.removesuffix("_reverse"): v for k, v in model.lstm.state_dict().items()
-                             if k.endswith("_reverse")})
+    one_way.load_state_dict(
+        {
+            k.removesuffix("_reverse"): v
+            for k, v in model.lstm.state_dict().items()
+            if k.endswith("_reverse")
+        }
+    )
     backward_final = one_way(embedded.flip(1))[0][:, -1]
     assert torch.allclose(summary[:, :6], forward_final, atol=1e-6)
     assert torch.allclose(summary[:, 6:], backward_final, atol=1e-6)
@@ -67,7 +79,9 @@ def test_packed_path_for_gpus_equals_the_layer_by_layer_path(bidirectional):
     model = _exact_model(bidirectional=bidirectional).eval()
     tokens, lengths, _ = _batch([5, 13, 2, 13, 8], seed=4)
     x = model.embedding(tokens)
-    assert torch.allclose(model._encode_packed(x, lengths), model._encode_mixed_lengths(x, lengths), atol=1e-5)
+    assert torch.allclose(
+        model._encode_packed(x, lengths), model._encode_mixed_lengths(x, lengths), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
@@ -94,7 +108,12 @@ def test_padding_never_changes_a_prediction():
     tokens, lengths, _ = _batch([3, 17, 12, 9, 1, 12, 30, 12], seed=1)
     with torch.no_grad():
         together = model(tokens, lengths)
-        alone = torch.cat([model(tokens[i:i + 1, :n], lengths[i:i + 1]) for i, n in enumerate(lengths.tolist())])
+        alone = torch.cat(
+            [
+                model(tokens[i : i + 1, :n], lengths[i : i + 1])
+                for i, n in enumerate(lengths.tolist())
+            ]
+        )
     assert torch.allclose(together, alone, atol=1e-5)
 
 
@@ -110,7 +129,7 @@ def test_a_model_saved_with_one_lstm_per_layer_and_direction_still_loads():
     old = {}
     for key, value in model.state_dict().items():
         if key.startswith("lstm."):
-            name, layer = key[len("lstm."):].split("_l")
+            name, layer = key[len("lstm.") :].split("_l")
             group = "backward_layers" if layer.endswith("_reverse") else "forward_layers"
             key = f"{group}.{layer.removesuffix('_reverse')}.{name}_l0"
         old[key] = value.clone()
@@ -127,6 +146,7 @@ def test_a_model_saved_with_one_lstm_per_layer_and_direction_still_loads():
 def test_the_bf16_probe_leaves_the_seeded_stream_alone():
     """It runs inside build_model, after the seed and before the model's initial weights."""
     from partorch.molecules.rnn import lstm_runs_in_bfloat16
+
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)

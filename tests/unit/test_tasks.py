@@ -1,21 +1,30 @@
 """Tasks own the loss and the metrics: binary, multi-task with missing labels, regression."""
+
 import math
 
 import numpy as np
 import pytest
-import torch
 from sklearn.metrics import roc_auc_score
+import torch
 
-from partorch.molecules.table import DataError, MoleculeTable
 from partorch.molecules.splits import Splits
-from partorch.molecules.tasks import BinaryClassification, Regression, build_task, choose_task_kind, task_from_dict
+from partorch.molecules.table import DataError, MoleculeTable
+from partorch.molecules.tasks import (
+    BinaryClassification,
+    Regression,
+    build_task,
+    choose_task_kind,
+    task_from_dict,
+)
 
 NAN = float("nan")
 
 
 def _table(labels, columns=("y",)):
     labels = np.asarray(labels, dtype=float).reshape(len(labels), -1)
-    return MoleculeTable(["C"] * len(labels), labels, list(columns), np.arange(len(labels)) + 2, [], "t.csv")
+    return MoleculeTable(
+        ["C"] * len(labels), labels, list(columns), np.arange(len(labels)) + 2, [], "t.csv"
+    )
 
 
 def test_missing_labels_are_masked_out_of_the_loss_and_its_gradient():
@@ -24,8 +33,11 @@ def test_missing_labels_are_masked_out_of_the_loss_and_its_gradient():
     targets = torch.tensor([[1.0, NAN], [0.0, 1.0]])
     loss = task.loss(outputs, targets)
     bce = torch.nn.functional.binary_cross_entropy_with_logits
-    expected = (bce(outputs[0, 0], targets[0, 0]) + bce(outputs[1, 0], targets[1, 0])
-                + bce(outputs[1, 1], targets[1, 1])) / 2  # summed over labelled cells, divided by the task count
+    expected = (
+        bce(outputs[0, 0], targets[0, 0])
+        + bce(outputs[1, 0], targets[1, 0])
+        + bce(outputs[1, 1], targets[1, 1])
+    ) / 2  # summed over labelled cells, divided by the task count
     assert torch.allclose(loss, expected)
     loss.backward()
     assert torch.isfinite(outputs.grad).all() and outputs.grad[0, 1] == 0
@@ -40,7 +52,10 @@ def test_the_score_is_the_mean_over_tasks_with_both_classes():
     c = roc_auc_score([1, 0, 1], [1.0, -2.0, 0.5])  # the missing cell is left out
     assert metrics["roc_auc"] == pytest.approx((a + c) / 2) and metrics["tasks_scored"] == 2
     assert "roc_auc" not in metrics["per_task"]["b"]  # one class only: no AUC, not in the mean
-    assert task.figures("dev", metrics)["dev_per_task"] == {"a": pytest.approx(a), "c": pytest.approx(c)}
+    assert task.figures("dev", metrics)["dev_per_task"] == {
+        "a": pytest.approx(a),
+        "c": pytest.approx(c),
+    }
 
 
 def test_a_single_task_reports_flat_metrics_and_its_final_line():
@@ -59,13 +74,19 @@ def test_regression_learns_its_scale_from_training_labels_and_reports_in_their_u
     assert metrics["rmse"] == pytest.approx(math.sqrt((0 + 0 + 1) / 3))
     assert metrics["mae"] == pytest.approx(1 / 3) and metrics["r2"] == pytest.approx(1 - 1 / 8)
     assert task.final_line(metrics) == f"Final test RMSE: {metrics['rmse']:.4f}"
-    assert task.is_better(0.5, 0.6) and not task.is_better(0.7, 0.6) and task.worst_score == math.inf
+    assert (
+        task.is_better(0.5, 0.6) and not task.is_better(0.7, 0.6) and task.worst_score == math.inf
+    )
     loss = task.loss(torch.tensor([[2.0]]), torch.tensor([[-1.0]]))
     assert loss.item() == pytest.approx(0.0)  # (-1 - -3) / 1 = 2: exact
 
 
 def test_tasks_round_trip_through_their_saved_description():
-    for task in (BinaryClassification(["a", "b"]), BinaryClassification(["a"], [3.0]), Regression(["y"], [1.5], [2.0])):
+    for task in (
+        BinaryClassification(["a", "b"]),
+        BinaryClassification(["a"], [3.0]),
+        Regression(["y"], [1.5], [2.0]),
+    ):
         again = task_from_dict(task.to_dict())
         assert type(again) is type(task) and again.to_dict() == task.to_dict()
 
@@ -78,8 +99,11 @@ def test_auto_picks_the_task_from_the_labels():
 
 def test_a_binary_column_with_a_typo_is_an_error_not_a_regression():
     labels = [0, 1] * 10 + [2]
-    with pytest.raises(DataError, match=r"t.csv: column 'y' must hold 0 or 1 for classification; 1 cells do not, "
-                                        r"first: row 22: '2'"):
+    with pytest.raises(
+        DataError,
+        match=r"t.csv: column 'y' must hold 0 or 1 for classification; 1 cells do not, "
+        r"first: row 22: '2'",
+    ):
         choose_task_kind("auto", _table(labels))
     with pytest.raises(DataError, match="row 3: '0.5'"):
         choose_task_kind("classification", _table([0, 0.5, 1]))
@@ -93,25 +117,44 @@ def test_a_split_without_any_scorable_task_stops_before_training():
 
 
 def test_balanced_class_weights_come_from_the_training_split_and_even_out_the_classes():
-    labels = [[1, 0], [0, NAN], [0, 1], [0, 0], [1, 1], [0, 0], [1, 1]]  # the last two rows: dev and test
+    labels = [
+        [1, 0],
+        [0, NAN],
+        [0, 1],
+        [0, 0],
+        [1, 1],
+        [0, 0],
+        [1, 1],
+    ]  # the last two rows: dev and test
     table = _table(labels, columns=("rare", "gappy"))
     splits = Splits(np.arange(5), np.array([5, 6]), np.array([5, 6]))
     task = build_task("classification", table, splits, class_weight="balanced")
-    assert task.positive_weight == [3 / 2, 2 / 2]  # training negatives per positive; the gap counts for neither
+    assert task.positive_weight == [
+        3 / 2,
+        2 / 2,
+    ]  # training negatives per positive; the gap counts for neither
     assert task_from_dict(task.to_dict()).positive_weight == task.positive_weight
     targets = torch.tensor(labels[:5], dtype=torch.float32)
-    outputs = torch.zeros(5, 2)  # an undecided model: the weighted positives now weigh as much as the negatives
+    outputs = torch.zeros(
+        5, 2
+    )  # an undecided model: the weighted positives now weigh as much as the negatives
     cells = task.cell_losses(outputs, torch.nan_to_num(targets))
     for column in (0, 1):
-        positives, negatives = (cells[:, column][targets[:, column] == label].sum() for label in (1, 0))
+        positives, negatives = (
+            cells[:, column][targets[:, column] == label].sum() for label in (1, 0)
+        )
         assert positives.item() == pytest.approx(negatives.item())
-    assert build_task("classification", table, splits).positive_weight is None  # the default: plain BCE
+    assert (
+        build_task("classification", table, splits).positive_weight is None
+    )  # the default: plain BCE
 
 
 def test_class_weights_are_for_classification_only():
     table = _table([0.3, -2.1, 4.0, 1.0])
     splits = Splits(np.array([0, 1]), np.array([2, 3]), np.array([2, 3]))
-    with pytest.raises(DataError, match="t.csv: --class-weight balanced weighs classes; this is a regression task"):
+    with pytest.raises(
+        DataError, match="t.csv: --class-weight balanced weighs classes; this is a regression task"
+    ):
         build_task("regression", table, splits, class_weight="balanced")
 
 
@@ -125,4 +168,6 @@ def test_saved_constants_follow_the_outputs_dtype_from_call_to_call():
         assert first.dtype == again.dtype == torch.float32 and wide.dtype == torch.float64
         assert torch.equal(first, again) and torch.allclose(wide.float(), first)
     weighted = BinaryClassification(["y"], [3.0]).cell_losses(outputs, targets)
-    assert weighted[0, 0].item() == pytest.approx(3 * math.log1p(math.exp(-0.3)))  # the positive, weighted 3
+    assert weighted[0, 0].item() == pytest.approx(
+        3 * math.log1p(math.exp(-0.3))
+    )  # the positive, weighted 3

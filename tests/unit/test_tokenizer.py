@@ -1,16 +1,25 @@
 import pytest
 
-from partorch.molecules.tokenizer import (BytesTokenizer, SmilesTokenizer, TokenizerError, load_tokenizer,
-                                save_tokenizer, split_smiles)
+from partorch.molecules.tokenizer import (
+    BytesTokenizer,
+    SmilesTokenizer,
+    TokenizerError,
+    load_tokenizer,
+    save_tokenizer,
+    split_smiles,
+)
 
 
-@pytest.mark.parametrize("smiles, tokens", [
-    ("CC(=O)Cl", ["C", "C", "(", "=", "O", ")", "Cl"]),
-    ("c1ccc(Br)cc1", ["c", "1", "c", "c", "c", "(", "Br", ")", "c", "c", "1"]),
-    ("N[C@@H](C)C(=O)O", ["N", "[C@@H]", "(", "C", ")", "C", "(", "=", "O", ")", "O"]),
-    ("C%12CC%12", ["C", "%12", "C", "C", "%12"]),
-    ("[Na+].[Cl-]", ["[Na+]", ".", "[Cl-]"]),
-])
+@pytest.mark.parametrize(
+    "smiles, tokens",
+    [
+        ("CC(=O)Cl", ["C", "C", "(", "=", "O", ")", "Cl"]),
+        ("c1ccc(Br)cc1", ["c", "1", "c", "c", "c", "(", "Br", ")", "c", "c", "1"]),
+        ("N[C@@H](C)C(=O)O", ["N", "[C@@H]", "(", "C", ")", "C", "(", "=", "O", ")", "O"]),
+        ("C%12CC%12", ["C", "%12", "C", "C", "%12"]),
+        ("[Na+].[Cl-]", ["[Na+]", ".", "[Cl-]"]),
+    ],
+)
 def test_smiles_regex_keeps_atoms_whole(smiles, tokens):
     assert split_smiles(smiles) == tokens
     assert "".join(split_smiles(smiles)) == smiles

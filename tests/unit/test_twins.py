@@ -3,29 +3,46 @@ lesson's marked lines (`# DDP n` from one process to DDP, `# FT n` from DDP to
 fault tolerance), the DDP script shows every step itself, and the example
 differs from it only in the marked place where users plug in their own data,
 model and task."""
+
 import ast
 import difflib
 import re
 
 from helpers import DDP, EXAMPLE, FAULT_TOLERANT, SINGLE
 
-DDP_CALLS = ["init_process_group", "set_epoch", "DistributedDataParallel(", "no_sync", "all_reduce", "broadcast",
-             "add_scalar", "destroy_process_group", "barrier", "all_gather_object"]
+DDP_CALLS = [
+    "init_process_group",
+    "set_epoch",
+    "DistributedDataParallel(",
+    "no_sync",
+    "all_reduce",
+    "broadcast",
+    "add_scalar",
+    "destroy_process_group",
+    "barrier",
+    "all_gather_object",
+]
 
 
 def hunks(old, new):
     """(old lines, new lines, old span, new span) of every change from old to new."""
     a, b = old.splitlines(), new.splitlines()
     matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    return [(a[i1:i2], b[j1:j2], (i1, i2), (j1, j2))
-            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    return [
+        (a[i1:i2], b[j1:j2], (i1, i2), (j1, j2))
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
 
 
 def _indent(line):
     return len(line) - len(line.lstrip())
 
 
-MARK = {"DDP": lambda line: "ddp" in line.lower() or "dist." in line, "FT": lambda line: "# FT" in line}
+MARK = {
+    "DDP": lambda line: "ddp" in line.lower() or "dist." in line,
+    "FT": lambda line: "# FT" in line,
+}
 _marked = MARK["DDP"]
 
 
@@ -73,8 +90,11 @@ def unmarked_changes(single, ddp, kind="DDP"):
         # a mark covers lines of its own change only: an edit elsewhere in its paragraph,
         # landing in one rung alone, is caught
         covered = covered_lines(ddp_lines[j1:j2], MARK[kind])
-        unmarked += [f"upper rung:{j + 1}: {ddp_lines[j]}" for j in range(j1, j2)
-                     if ddp_lines[j].strip() and not covered[j - j1]]
+        unmarked += [
+            f"upper rung:{j + 1}: {ddp_lines[j]}"
+            for j in range(j1, j2)
+            if ddp_lines[j].strip() and not covered[j - j1]
+        ]
     return unmarked
 
 
@@ -125,7 +145,14 @@ def test_the_ddp_script_makes_every_ddp_call_itself_and_numbers_its_steps():
     for call in DDP_CALLS:
         assert call in code, call
     single_code = "\n".join(_code_lines(SINGLE.read_text()))
-    for call in ("init_process_group", "DistributedDataParallel(", "no_sync", "all_reduce", "broadcast", "barrier"):
+    for call in (
+        "init_process_group",
+        "DistributedDataParallel(",
+        "no_sync",
+        "all_reduce",
+        "broadcast",
+        "barrier",
+    ):
         assert call not in single_code, call
     steps = sorted({int(n) for n in re.findall(r"# DDP (\d)\b", text)})
     assert steps == list(range(1, 9))
@@ -145,13 +172,21 @@ def _inside(span, regions):
 def adaptable_regions(text):
     lines = text.splitlines()
     docstring_end = next(i for i, line in enumerate(lines[1:], 1) if line.startswith('"""'))
-    adapt = _region(lines, "# ============================ ADAPT", "# ========================================= END ADAPT")
+    adapt = _region(
+        lines,
+        "# ============================ ADAPT",
+        "# ========================================= END ADAPT",
+    )
     return [(0, docstring_end), adapt]
 
 
 def changes_outside_the_marked_places(original, copy):
     allowed_a, allowed_b = adaptable_regions(original), adaptable_regions(copy)
-    return [h for h in hunks(original, copy) if not (_inside(h[2], allowed_a) and _inside(h[3], allowed_b))]
+    return [
+        h
+        for h in hunks(original, copy)
+        if not (_inside(h[2], allowed_a) and _inside(h[3], allowed_b))
+    ]
 
 
 def test_the_example_changes_only_the_marked_place_of_the_ddp_script():
@@ -161,4 +196,6 @@ def test_the_example_changes_only_the_marked_place_of_the_ddp_script():
     # an edit to the loop, outside the marked place, is caught
     loop_line = "        row.update(scores[0])"
     assert loop_line in example
-    assert changes_outside_the_marked_places(ddp, example.replace(loop_line, loop_line + "  # changed"))
+    assert changes_outside_the_marked_places(
+        ddp, example.replace(loop_line, loop_line + "  # changed")
+    )
