@@ -40,9 +40,8 @@ def _atomic(path, write):
     One writer per path (rank 0): temporaries that an earlier writer of the
     same path left behind when it was killed are removed first."""
     path = Path(path)
-    for stale in path.parent.glob(
-        f".{glob.escape(path.name)}.{'?' * 8}.tmp"
-    ):  # mkstemp's 8 random letters
+    # mkstemp's 8 random letters
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.{'?' * 8}.tmp"):
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -141,7 +140,8 @@ def ensure_writable_dir(path):
 
 
 def load_state(path):
-    """A torch file, tensors and plain types only, on the CPU (the caller moves what belongs on a device)."""
+    """A torch file, tensors and plain types only, on the CPU (the caller moves what
+    belongs on a device)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -326,13 +326,12 @@ def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, worl
     state = TrainingState(**snapshot["state"])
     if len(snapshot["rng"]) == world_size:
         restore_rng(snapshot["rng"][rank])
-    elif (
-        rank == 0
-    ):  # an elastic job that came back with more or fewer ranks: one rank's state cannot serve all
+    # an elastic job that came back with more or fewer ranks: one rank's state cannot serve all
+    elif rank == 0:
         log.warning(
-            "warning: the snapshot was written by %d ranks and this job has %d: weights, optimiser, "
-            "epoch and batches continue exactly, but each rank's dropout masks come from (seed, rank) "
-            "afresh, so the run will not match an uninterrupted one",
+            "warning: the snapshot was written by %d ranks and this job has %d: weights, "
+            "optimiser, epoch and batches continue exactly, but each rank's dropout masks come "
+            "from (seed, rank) afresh, so the run will not match an uninterrupted one",
             len(snapshot["rng"]),
             world_size,
         )

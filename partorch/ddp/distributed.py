@@ -63,9 +63,8 @@ def rendezvous(timeout):
             f"{store.get(FAILED_KEY).decode()} (an earlier attempt of this torchrun job stopped "
             "on this; its restarts stop at once)"
         )
-    if (
-        _job is None
-    ):  # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
+    # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
+    if _job is None:
         _job = "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
     attempt = _agree_on_attempt(store, rank, world_size, timeout)
     return dict(
@@ -250,8 +249,5 @@ class Heartbeat:
             while not finished.wait(self.interval):
                 dist.broadcast(working, src=0, group=self.group)
             dist.broadcast(done, src=0, group=self.group)
-        except (
-            RuntimeError,
-            dist.DistError,
-        ):  # a peer is gone: rank 0's next collective says so, in one line
-            pass
+        except (RuntimeError, dist.DistError):
+            pass  # a peer is gone: rank 0's next collective says so, in one line

@@ -76,7 +76,8 @@ def raise_if_failed(result):
 
 
 def is_peer_failure(exc):
-    # gloo reports a dead or silent peer as a plain RuntimeError (an OSError's "timed out" is no peer's doing)
+    # gloo reports a dead or silent peer as a plain RuntimeError (an OSError's "timed out" is
+    # no peer's doing)
     return isinstance(exc, torch.distributed.DistError) or (
         isinstance(exc, RuntimeError)
         and bool(

@@ -72,10 +72,11 @@ def get_ddp_dataloader(
         )
     else:
         raise DataError(f"unknown sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    # Its own generator: every pass over a loader draws a seed for its workers, and drawn from torch's
-    # global stream it would shift the dropout masks whenever dev or test is scored (--test-every-epoch
-    # would change the trained model). Workers kept between passes hold a copy of the dataset made
-    # once, so a dataset that set_epoch changes (random SMILES) gets fresh workers every pass.
+    # Its own generator: every pass over a loader draws a seed for its workers, and drawn from
+    # torch's global stream it would shift the dropout masks whenever dev or test is scored
+    # (--test-every-epoch would change the trained model). Workers kept between passes hold a copy
+    # of the dataset made once, so a dataset that set_epoch changes (random SMILES) gets fresh
+    # workers every pass.
     keep_workers = num_workers > 0 and not hasattr(dataset, "set_epoch")
     return _Loader(
         dataset,

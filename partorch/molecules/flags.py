@@ -44,7 +44,8 @@ def add_molecule_flags(data, model=None):
     add(
         "--validate-smiles",
         action="store_true",
-        help="with --smiles-form raw: drop (with a warning naming the rows) SMILES RDKit cannot parse",
+        help="with --smiles-form raw: drop (with a warning naming the rows) SMILES that RDKit "
+        "cannot parse",
     )
     add(
         "--class-weight",

@@ -26,9 +26,8 @@ def reverse_each(x, lengths):
 def lstm_runs_in_bfloat16(device):
     """Whether `device` has bfloat16 LSTM kernels (--amp bf16): oneDNN's need
     AVX-512 on x86 CPUs, and on AVX2-only CPUs the call fails."""
-    with torch.random.fork_rng(
-        devices=[device] if device.type == "cuda" else []
-    ):  # the seeded stream stays put
+    # the seeded stream stays put
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         lstm = nn.LSTM(2, 2).to(device)
         try:
             with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -104,12 +103,14 @@ class RNNPredictor(nn.Module):
         x = self.embedding(tokens)
         if bool((lengths == tokens.shape[1]).all()):  # no padding: nothing to mask or reverse
             return self._last_layer(self.lstm(x)[1][0])
-        if x.is_cuda:  # cuDNN runs packed batches natively, and would copy the weights for every single-layer call
+        # cuDNN runs packed batches natively, and would copy the weights for every single-layer call
+        if x.is_cuda:
             return self._encode_packed(x, lengths)
         return self._encode_mixed_lengths(x, lengths)
 
     def _last_layer(self, final):
-        """The last layer's final states from nn.LSTM's h_n [layers x directions, batch, d_model]."""
+        """The last layer's final states from nn.LSTM's h_n [layers x directions, batch,
+        d_model]."""
         return torch.cat([final[-2], final[-1]], dim=-1) if self.bidirectional else final[-1]
 
     def _encode_packed(self, x, lengths):
@@ -152,5 +153,6 @@ class RNNPredictor(nn.Module):
         return output
 
     def forward(self, tokens, lengths):
-        """Outputs [batch, num_outputs]: logits for classification, standardised values for regression."""
+        """Outputs [batch, num_outputs]: logits for classification, standardised values
+        for regression."""
         return self.head(self.dropout(self.encode(tokens, lengths)))

@@ -85,7 +85,8 @@ def _require_both_classes(classes, splits, method):
         part = getattr(splits, name)
         if len(np.unique(classes[part])) < 2:
             raise DataError(
-                f"the {method} split leaves the {name} set ({len(part)} molecules) with one class only"
+                f"the {method} split leaves the {name} set ({len(part)} molecules) "
+                "with one class only"
             )
 
 

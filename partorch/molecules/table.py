@@ -124,8 +124,9 @@ def read_molecule_csv(
     warnings = []
     unlabelled = frame[columns].isna().all(axis=1).to_numpy()
     if unlabelled.any():
+        names = " or ".join(map(repr, columns))
         message = (
-            f"{path}: {int(unlabelled.sum())} rows have no {' or '.join(map(repr, columns))} label, "
+            f"{path}: {int(unlabelled.sum())} rows have no {names} label, "
             f"first rows {first_rows(rows[unlabelled])}"
         )
         if strict:
@@ -169,14 +170,13 @@ def _repeat_warnings(path, smiles, labels):
     """Molecules given more than once: a random split can put copies in train and test."""
     counts = pd.Series(smiles).value_counts()
     repeated = counts[counts > 1]
-    warnings = (
-        [
-            f"{path}: {len(repeated)} SMILES appear more than once ({int(repeated.sum() - len(repeated))} "
-            "extra rows); a random or stratified split can put copies of one molecule in train and test"
-        ]
-        if len(repeated)
-        else []
-    )
+    extra = int(repeated.sum() - len(repeated))
+    warnings = []
+    if len(repeated):
+        warnings.append(
+            f"{path}: {len(repeated)} SMILES appear more than once ({extra} extra rows); a random "
+            "or stratified split can put copies of one molecule in train and test"
+        )
     if labels.shape[1] == 1:
         by_smiles = pd.Series(labels[:, 0]).groupby(pd.Series(smiles)).nunique()
         conflicting = int((by_smiles > 1).sum())
@@ -191,7 +191,8 @@ def drop_rows(table, positions, reason):
     if not len(positions):
         return table
     keep = np.setdiff1d(np.arange(len(table.smiles)), positions)
-    warning = f"{table.source}: {len(positions)} rows {reason}, dropped: rows {first_rows(table.rows[positions], 11)}"
+    rows = first_rows(table.rows[positions], 11)
+    warning = f"{table.source}: {len(positions)} rows {reason}, dropped: rows {rows}"
     return MoleculeTable(
         [table.smiles[i] for i in keep],
         table.labels[keep],

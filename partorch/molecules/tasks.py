@@ -205,7 +205,8 @@ class Regression(Task):
         counts = np.maximum(labelled.sum(axis=0), 1)
         mean = np.where(labelled, labels, 0.0).sum(axis=0) / counts
         std = np.sqrt((np.where(labelled, labels - mean, 0.0) ** 2).sum(axis=0) / counts)
-        # a column without training labels gets a finite scale (0, 1): a NaN would poison every gradient
+        # a column without training labels gets a finite scale (0, 1): a NaN would poison every
+        # gradient
         return cls(columns, mean, np.where(std > 0, std, 1.0))
 
     def cell_losses(self, outputs, targets):
@@ -217,7 +218,8 @@ class Regression(Task):
         return np.asarray(outputs, dtype=np.float64) * self.std + self.mean
 
     def outputs_for(self, predictions):
-        """Standardised values of given predictions (another model's), to score them with `metrics`."""
+        """Standardised values of given predictions (another model's), to score them with
+        `metrics`."""
         return (np.asarray(predictions, dtype=np.float64) - self.mean) / self.std
 
     def scorable(self, targets):

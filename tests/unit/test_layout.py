@@ -70,7 +70,10 @@ def test_importing_the_package_loads_no_figure_library():
 
 
 def test_importing_the_package_works_without_matplotlib():
-    code = "import sys; sys.modules['matplotlib'] = None; import partorch; print(partorch.RNNPredictor.__name__)"
+    code = (
+        "import sys; sys.modules['matplotlib'] = None; import partorch; "
+        "print(partorch.RNNPredictor.__name__)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "RNNPredictor", done.stderr
 
