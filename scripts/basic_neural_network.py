@@ -27,15 +27,14 @@ RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs",
 RUN_ONLY |= {"test_every_epoch"}
 
 # ============================ ADAPT: your data, model and task ============================
-from partorch.molecules import RNNPredictor, add_molecule_flags, molecule_data  # noqa: E402
+from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
 
-
-add_data_and_model_flags = add_molecule_flags  # (data group, model group): your flags
+add_data_and_model_flags = molecules.add_molecule_flags  # (data group, model group): your flags
 
 
 def build_data(args):
     """Your data and its task, as a partorch.TrainingData (datasets, task, what to save)."""
-    return molecule_data(
+    return molecules.molecule_data(
         args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
         task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
         split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
@@ -45,11 +44,11 @@ def build_data(args):
 
 def build_model(args, data, device):
     """Your model (forward: a batch's inputs -> [batch, tasks]) and its arguments, saved."""
-    RNNPredictor.check_amp(args.amp, device)
+    molecules.RNNPredictor.check_amp(args.amp, device)
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
                    bidirectional=args.bidirectional, num_outputs=len(data.task.columns))
-    return RNNPredictor(**hparams).to(device), hparams
+    return molecules.RNNPredictor(**hparams).to(device), hparams
 # ========================================= END ADAPT =========================================
 
 

@@ -29,8 +29,9 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
-from partorch import rendezvous, resume_or_start, run_main, save_snapshot, score, set_cpu_threads
+from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
 from partorch import setup_logging, write_report
+from partorch import rendezvous  # DDP 1
 
 DEFAULT_OUTPUT_DIR = "runs/ddp"
 # How or where a run executes, not what it computes: a snapshot may go on with other values

@@ -27,8 +27,9 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
-from partorch import rendezvous, resume_or_start, run_main, save_snapshot, score, set_cpu_threads
+from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
 from partorch import setup_logging, write_report
+from partorch import rendezvous  # DDP 1
 from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
 from partorch.ddp.distributed import remember_failure  # FT 1
 from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 1
