@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 @dataclass
 class TrainingData:
-    """What a script's `build_datasets` returns."""
+    """What a script's `build_data` returns."""
 
     train: Dataset
     dev: Dataset

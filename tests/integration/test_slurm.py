@@ -143,9 +143,9 @@ def test_print_only(fake_slurm, sbatch, gpus, cpus, nproc_env, nproc):
     from torch.distributed.run import get_args_parser
 
     torchrun_args = get_args_parser().parse_args(command[1:])
-    assert Path(torchrun_args.training_script).name == "basic_neural_network_ddp.py"
+    assert Path(torchrun_args.training_script).name == "fault_tolerant_ddp.py"
     sys.path.insert(0, str(ROOT / "scripts"))
-    from basic_neural_network_ddp import build_parser
+    from fault_tolerant_ddp import build_parser
 
     script_args = build_parser().parse_args(torchrun_args.training_script_args)
     assert script_args.dataset == "data/HIV.csv" and script_args.label_column == ["HIV_active"]
@@ -163,7 +163,7 @@ def test_rdzv_port_and_output_dir_overrides(fake_slurm, sbatch):
     assert _value(command, "--rdzv-endpoint") == "127.0.0.1:23456"
     assert _value(command, "--output-dir") == "/shared/runs/x"
     assert (
-        command[command.index("scripts/basic_neural_network_ddp.py") + 1] == "dataset/BBBP.csv"
+        command[command.index("scripts/fault_tolerant_ddp.py") + 1] == "dataset/BBBP.csv"
     )  # the default
 
 
