@@ -24,7 +24,7 @@ from partorch import setup_logging, write_report
 DEFAULT_OUTPUT_DIR = "runs/basic"
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
-RUN_ONLY |= {"test_every_epoch"}
+RUN_ONLY |= {"test_every_epoch", "dist_timeout"}
 
 # ============================ ADAPT: your data, model and task ============================
 from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
@@ -54,8 +54,8 @@ def build_model(args, data, device):
 
 def build_parser():
     parser = FlagParser(__doc__)
-    groups = map(parser.add_argument_group, ("data", "model", "training", "output"))
-    data, model, training, output = groups
+    groups = map(parser.add_argument_group, ("data", "model", "training", "distributed", "output"))
+    data, model, training, distributed, output = groups
     add_data_and_model_flags(data, model)
     positive_int, add = FlagParser.positive(int), training.add_argument
     add("--epochs", type=positive_int, default=30, help="maximum epochs")
@@ -69,6 +69,8 @@ def build_parser():
     add("--sampler", choices=["bucket", "random"], default="bucket", help="batches by length")
     add("--num-workers", type=int, default=0, help="DataLoader worker processes")
     add("--threads", type=positive_int, help="CPU threads (default: cores / local processes)")
+    distributed = distributed.add_argument
+    distributed("--dist-timeout", type=positive_int, default=300, help="unused: no peers here")
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
     add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")

@@ -66,8 +66,8 @@ def build_model(args, data, device):
 
 def build_parser():
     parser = FlagParser(__doc__)
-    groups = map(parser.add_argument_group, ("data", "model", "training", "output"))
-    data, model, training, output = groups
+    groups = map(parser.add_argument_group, ("data", "model", "training", "distributed", "output"))
+    data, model, training, distributed, output = groups
     add_data_and_model_flags(data, model)
     positive_int, add = FlagParser.positive(int), training.add_argument
     add("--epochs", type=positive_int, default=30, help="maximum epochs")
@@ -81,7 +81,7 @@ def build_parser():
     add("--sampler", choices=["bucket", "random"], default="bucket", help="batches by length")
     add("--num-workers", type=int, default=0, help="DataLoader worker processes")
     add("--threads", type=positive_int, help="CPU threads (default: cores / local processes)")
-    distributed = parser.add_argument_group("distributed").add_argument  # DDP 1
+    distributed = distributed.add_argument
     distributed("--dist-timeout", type=positive_int, default=300, help="peer wait, s")  # DDP 1
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
     add = output.add_argument

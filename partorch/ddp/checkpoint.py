@@ -260,20 +260,17 @@ def resume_or_start(
     `identity` must match the snapshot's (flags that define the result,
     digests of the data): another run's snapshot is refused."""
     path = Path(path)
-    state = _snapshot_state(
-        path, resume, worst_score, model, optimizer, scaler, identity, rank, world_size
-    )
+    if path.exists():
+        state = _continue(path, resume, model, optimizer, scaler, identity, rank, world_size)
+    elif resume:
+        raise CheckpointError(f"--resume: there is no snapshot at {path}")
+    else:
+        state = TrainingState(best_score=worst_score)
     state.job = torchrun_job_key()  # the job writing the snapshots from now on: its restarts resume
     return state
 
 
-def _snapshot_state(
-    path, resume, worst_score, model, optimizer, scaler, identity, rank, world_size
-):
-    if not path.exists():
-        if resume:
-            raise CheckpointError(f"--resume: there is no snapshot at {path}")
-        return TrainingState(best_score=worst_score)
+def _continue(path, resume, model, optimizer, scaler, identity, rank, world_size):
     snapshot = load_state(path)
     if not (resume or is_restart_of(snapshot.get("state", {}).get("job"))):
         raise CheckpointError(

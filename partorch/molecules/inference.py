@@ -10,7 +10,9 @@ from .datasets import smiles_dataset
 
 def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles_form="raw"):
     """Model outputs [molecules, tasks] for SMILES strings, in input order,
-    each written in `smiles_form`, the form the model was trained on.
+    each written in `smiles_form`, the form the model was trained on. The
+    outputs are the model's raw ones (logits, standardised values):
+    `task.predictions(outputs)` turns them into probabilities or units.
 
     Returns (outputs, failures): an empty string, one RDKit cannot parse (for
     the canonical form), or one with tokens outside the vocabulary (the model

@@ -4,7 +4,6 @@ rank, so no rank has to send its split to another."""
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from ..ddp.errors import DataError
 from .chem import scaffold_groups
@@ -97,10 +96,11 @@ def _random_split(count, seed, sizes, stratify):
             f"only {int((stratify == rare).sum())} molecules of class {rare}: "
             "too few to stratify into train, dev and test (need at least 5)"
         )
+    from sklearn.model_selection import train_test_split  # here: importing partorch stays quick
+
     everything = np.arange(count)
-    dev_share_of_rest = round(
-        sizes[1] / (sizes[0] + sizes[1]), 12
-    )  # 0.18 / 0.9 is 0.2, not 0.19999...
+    # 0.18 / 0.9 is 0.2, not 0.19999...
+    dev_share_of_rest = round(sizes[1] / (sizes[0] + sizes[1]), 12)
     try:
         visible, test = train_test_split(
             everything, test_size=sizes[2], shuffle=True, random_state=seed, stratify=stratify
