@@ -9,7 +9,9 @@ TEST = ["pytest", "pytest-timeout", "optuna", "nbclient", "nbformat", "ipykernel
 setup(
     name="partorch",
     version="0.1.0",
-    description="A data-parallel (DDP) training template: SMILES LSTM classifier on MoleculeNet BBBP",
+    description=(
+        "A data-parallel (DDP) training template: SMILES LSTM classifier on MoleculeNet BBBP"
+    ),
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["partorch", "partorch.*"]),

@@ -1,11 +1,13 @@
 """Regenerate docs/accuracy.md: the network against a random forest on Morgan
 fingerprints, on identical splits, over seeds, for each data set and split.
 
-    python benchmarks/accuracy.py                 # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes here
+    python benchmarks/accuracy.py                 # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes
+here
     python benchmarks/accuracy.py --datasets BBBP HIV SIDER ESOL Lipophilicity
     python benchmarks/accuracy.py --list          # the runs, and which are done
     python benchmarks/accuracy.py --write-only    # the tables from the runs done so far
-    python benchmarks/accuracy.py --recipes augment --only scaffold_0.8   # a heavier network recipe, too
+    python benchmarks/accuracy.py --recipes augment --only scaffold_0.8   # a heavier network
+recipe, too
 
 Every run writes its own folder under --runs (runs/accuracy/DATASET/SPLIT_SIZES/
 MODEL_FORM[_RECIPE]/seed_N); what it scored is copied into the ledger,
@@ -87,14 +89,18 @@ RECIPES = {
         "20",
     ],  # for runs whose best dev epoch is the 30th, the last
     "weighted": ["--class-weight", "balanced"],  # rare positives (HIV's 3.5 %) carry half the loss
-    # augmentation as a regulariser alone, at the defaults' evaluation cost (HIV's dev is 4,000 molecules)
+    # augmentation as a regulariser alone, at the defaults' evaluation cost (HIV's dev is 4,000
+    # molecules)
     "augment-train": ["--augment"],
-    # augment-train's best dev epoch is mostly the 25th-30th: fresh strings every epoch fit more slowly
+    # augment-train's best dev epoch is mostly the 25th-30th: fresh strings every epoch fit more
+    # slowly
     "augment-long": ["--augment", "--epochs", "100", "--patience", "20"],
-    # model size both ways from the defaults' 1.1 M weights: 0.2 M (a fifth, for 2,000-molecule sets) and 4.1 M
+    # model size both ways from the defaults' 1.1 M weights: 0.2 M (a fifth, for 2,000-molecule
+    # sets) and 4.1 M
     "small": ["--d-model", "64", "--num-layers", "2"],
     "wide": ["--d-model", "256"],
-    # augment-long at about a sixth of the cost per epoch: the two levers that gained dev on the small sets, together
+    # augment-long at about a sixth of the cost per epoch: the two levers that gained dev on the
+    # small sets, together
     "small-augment-long": [
         "--d-model",
         "64",
@@ -125,8 +131,8 @@ class Run:
         """The run's name in the ledger, and its folder under --runs."""
         recipe = "" if self.recipe == "default" else f"_{self.recipe}"
         return (
-            f"{self.dataset}/{self.split}_{self.sizes.replace(',', '-')}/{self.model}_{self.form}{recipe}/"
-            f"seed_{self.seed}"
+            f"{self.dataset}/{self.split}_{self.sizes.replace(',', '-')}/"
+            f"{self.model}_{self.form}{recipe}/seed_{self.seed}"
         )
 
     @property
@@ -138,7 +144,8 @@ class Run:
 
     @property
     def joins_ensembles(self):
-        """Its seeds' predictions can be averaged: a network scored on the given SMILES (predict.py has no --tta),
+        """Its seeds' predictions can be averaged: a network scored on the given SMILES (predict.py
+        has no --tta),
         on a split whose dev and test molecules do not depend on the seed."""
         return (
             self.model == "network"
@@ -225,7 +232,8 @@ def placed_label_columns(name, data_dir):
 
 
 def execute(run, args, labels):
-    """Run one cell into its folder (resuming a network snapshot); its output goes to run.log there."""
+    """Run one cell into its folder (resuming a network snapshot); its output goes to run.log
+    there."""
     folder = run.folder(args.runs)
     folder.mkdir(parents=True, exist_ok=True)
     command = run.command(Path(args.data_dir) / f"{run.dataset}.csv", labels, args.processes)
@@ -271,7 +279,8 @@ def load_ledger(path):
 
 
 def write_whole(path, content):
-    """Write `path` (text or bytes) through a sibling file: one cut short leaves the previous version whole."""
+    """Write `path` (text or bytes) through a sibling file: one cut short leaves the previous
+    version whole."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -293,7 +302,8 @@ def ensemble_key(group):
 
 
 def seed_groups(runs):
-    """The planned runs that can join an ensemble, grouped with those that differ from them by seed alone
+    """The planned runs that can join an ensemble, grouped with those that differ from them by seed
+    alone
     (the style lesson's single-seed runs make no group)."""
     groups = {}
     for run in runs:
@@ -372,7 +382,8 @@ def _nulls(table):
 
 
 def keep_predictions(run, args):
-    """Save a finished run's dev and test predictions beside the ledger (gzip without a time stamp: a run redone
+    """Save a finished run's dev and test predictions beside the ledger (gzip without a time stamp:
+    a run redone
     alike writes the same bytes)."""
     kept = predict_dev_and_test(run, args.runs, args.data_dir)
     write_whole(
@@ -381,7 +392,8 @@ def keep_predictions(run, args):
 
 
 def load_predictions(run, ledger, ledger_path):
-    """A run's kept predictions, checked against its ledger entry: a file left by an earlier run of the same
+    """A run's kept predictions, checked against its ledger entry: a file left by an earlier run of
+    the same
     name (redone since) would score an ensemble of models that are not the ledger's."""
     path = predictions_path(run, ledger_path)
     try:
@@ -407,7 +419,8 @@ def _score(task, labels, predictions):
 
 
 def score_ensemble(group, ledger, ledger_path):
-    """The ledger entry of the mean prediction of a group's best models on its dev and test molecules,
+    """The ledger entry of the mean prediction of a group's best models on its dev and test
+    molecules,
     from their kept predictions; None while a seed's are missing."""
     if not all(predictions_path(run, ledger_path).exists() for run in group):
         return None
@@ -437,7 +450,8 @@ def summary(scores):
 
 
 def verdict(network, forest, higher_is_better):
-    """How the network's mean compares: beats / matches (within two standard errors) / loses, by how much."""
+    """How the network's mean compares: beats / matches (within two standard errors) / loses, by how
+    much."""
     (mean_n, sd_n), (mean_f, sd_f) = summary(network), summary(forest)
     gain = (mean_n - mean_f) * (1 if higher_is_better else -1)
     noise = 2 * (sd_n**2 / len(network) + sd_f**2 / len(forest)) ** 0.5
@@ -472,7 +486,8 @@ def _percent(sizes):
 
 
 def dataset_section(name, runs, done, ledger):
-    """One data set's table, and how each network recipe (and ensemble) compares with the forest on each split;
+    """One data set's table, and how each network recipe (and ensemble) compares with the forest on
+    each split;
     and each recipe's DevGain over the defaults there."""
     finished = [r for r in runs if done.get(r)]
     if not finished:
@@ -513,7 +528,8 @@ def dataset_section(name, runs, done, ledger):
                     {seed: ensemble["dev"] for seed in ensemble["seeds"]},
                 )
                 lines.append(
-                    f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} |"
+                    f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} "
+                    f"|"
                 )
         standings.append(
             dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher)
@@ -522,7 +538,8 @@ def dataset_section(name, runs, done, ledger):
         for label, network in scores.items() if forest else ():
             recipe = "" if label == "network" else label.replace("network", "", 1)
             verdicts.append(
-                f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: {verdict(network, forest, higher)}"
+                f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: "
+                f"{verdict(network, forest, higher)}"
                 f"{_dev_gain_text(devs[label], devs.get('network', {}), higher) if recipe else ''}"
             )
         for recipe in dict.fromkeys(
@@ -548,7 +565,8 @@ def dataset_section(name, runs, done, ledger):
 
 
 class Standing(NamedTuple):
-    """On one split: the forest's test scores, and those of the network recipe with the best mean dev score."""
+    """On one split: the forest's test scores, and those of the network recipe with the best mean
+    dev score."""
 
     where: str  # data set, split, sizes
     forest: list
@@ -565,8 +583,10 @@ class Standing(NamedTuple):
 
 
 def dev_pick(where, scores, devs, ran, higher):
-    """The single network (no ensemble) with the best mean dev score among those with one for every seed the
-    forest ran, as a Standing; None without a forest or such a network. Its test score is read, never chosen by."""
+    """The single network (no ensemble) with the best mean dev score among those with one for every
+    seed the
+    forest ran, as a Standing; None without a forest or such a network. Its test score is read,
+    never chosen by."""
     if "forest" not in ran:
         return None
     full = [
@@ -581,18 +601,23 @@ def dev_pick(where, scores, devs, ran, higher):
 
 
 def standings_section(standings):
-    """The summary: on each split, the network a user would pick from dev scores alone, against the forest."""
+    """The summary: on each split, the network a user would pick from dev scores alone, against the
+    forest."""
     if not standings:
         return []
     return [
         "## In short: the network dev picks, against the forest",
         "",
-        "On each split, of the single networks (defaults and recipes; no ensembles) with a dev score for every "
-        "seed the forest ran, the one with the best mean dev score, and its test score; a network whose dev "
-        "scores were not kept (a dash below) is not a candidate. Scores are ROC AUC, or RMSE on the regression "
+        "On each split, of the single networks (defaults and recipes; no ensembles) with a dev "
+        "score for every "
+        "seed the forest ran, the one with the best mean dev score, and its test score; a network "
+        "whose dev "
+        "scores were not kept (a dash below) is not a candidate. Scores are ROC AUC, or RMSE on "
+        "the regression "
         "sets (lower is better).",
         "",
-        "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test | verdict |",
+        "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test | "
+        "verdict |",
         "|---|---|---|---|---|---|",
         *(standing.row() for standing in standings),
         "",
@@ -601,11 +626,15 @@ def standings_section(standings):
 
 def _row_of_one(ensemble):
     """The table's cells for an ensemble: one figure, made of the seeds' models."""
-    return f"{', '.join(map(str, ensemble['seeds']))} | {ensemble['test']:.3f} | - | {ensemble['dev']:.3f} | - | -"
+    return (
+        f"{', '.join(map(str, ensemble['seeds']))} | {ensemble['test']:.3f} | - | "
+        f"{ensemble['dev']:.3f} | - | -"
+    )
 
 
 def dev_gain(recipe, default, higher_is_better):
-    """A recipe's mean dev score minus the defaults' on the seeds both ran (positive: better), and those seeds:
+    """A recipe's mean dev score minus the defaults' on the seeds both ran (positive: better), and
+    those seeds:
     the figure a recipe is chosen by. (None, []) when no seed ran both."""
     seeds = sorted(recipe.keys() & default.keys())
     if not seeds:
@@ -644,12 +673,15 @@ class DevGain(NamedTuple):
 
 
 def defaults_section(dev_gains, datasets):
-    """Which recipe the dev scores would make the default: one that raises dev wherever it was compared."""
+    """Which recipe the dev scores would make the default: one that raises dev wherever it was
+    compared."""
     lines = [
         "## Choosing the defaults, by dev scores only",
         "",
-        "Each recipe's mean dev score minus the default network's, on the seeds both ran (positive: better; "
-        "RMSE's sign turned), where both have dev scores in the ledger, and the median minutes a run of each. "
+        "Each recipe's mean dev score minus the default network's, on the seeds both ran "
+        "(positive: better; "
+        "RMSE's sign turned), where both have dev scores in the ledger, and the median minutes a "
+        "run of each. "
         "Test scores play no part.",
         "",
     ]
@@ -664,10 +696,14 @@ def defaults_section(dev_gains, datasets):
         choice = (
             f"lowers dev on {', '.join(worse)}: stays a flag"
             if worse
-            else f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a candidate for the default"
+            else (
+                f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a "
+                f"candidate for the default"
+            )
         )
         lines.append(
-            f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): {', '.join(cell.text() for cell in cells)}. "
+            f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): "
+            f"{', '.join(cell.text() for cell in cells)}. "
             f"{choice}."
         )
     return lines + [""] if dev_gains else []
@@ -719,12 +755,14 @@ def _check_identical_splits(name, split, cell, done):
     for seed, digests in by_seed.items():
         if len(digests) > 1:
             raise SystemExit(
-                f"error: {name} {split} seed {seed}: the network and the forest saw different splits"
+                f"error: {name} {split} seed {seed}: the network and the forest saw different "
+                f"splits"
             )
 
 
 def style_section(seed, done):
-    """The raw-against-canonical rows: the same molecules and split, checked, only the strings differ."""
+    """The raw-against-canonical rows: the same molecules and split, checked, only the strings
+    differ."""
     lines = [
         f"## The writing-style lesson (BBBP, network, seed {seed})",
         "",
@@ -749,10 +787,12 @@ def style_section(seed, done):
         digests = {done[r]["split_sha256"] for r in (run, twin) if r}
         if None not in digests and len(digests) > 1:
             raise SystemExit(
-                f"error: BBBP {run.split} seed {seed}: the raw and canonical runs saw different splits"
+                f"error: BBBP {run.split} seed {seed}: the raw and canonical runs saw different "
+                f"splits"
             )
         lines.append(
-            f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | {done[run]['test']:.3f} |"
+            f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | "
+            f"{done[run]['test']:.3f} |"
         )
     return lines + [""] if finished else []
 
@@ -782,9 +822,10 @@ def missing_section(runs, placed, done):
 HEADER = """# Accuracy: the network against a fingerprint forest
 
 Written by `{command}`
-from the runs recorded in `{ledger}`: edit the script, not this file. Test scores, mean +- sample standard deviation
-over the seeds listed, each seed's figure after it; "dev, mean" is the best dev epoch's score (the figure any choice
-of recipe is made on), "minutes per run" the median over the seeds on this 2-core machine.
+from the runs recorded in `{ledger}`: edit the script, not this file. Test scores, mean +-
+sample standard deviation over the seeds listed, each seed's figure after it; "dev, mean" is the
+best dev epoch's score (the figure any choice of recipe is made on), "minutes per run" the median
+over the seeds on this 2-core machine.
 
 - **network**: `scripts/basic_neural_network_ddp.py` with its default settings on
   {processes} processes (`torchrun --nproc-per-node {processes}`): at most 30 epochs, stopping
@@ -845,7 +886,8 @@ def write_report(runs, placed, ledger, args):
 
 
 def collect(runs, ledger, runs_dir):
-    """Copy into the ledger every planned run whose folder holds a finished run (the folder is the fresher);
+    """Copy into the ledger every planned run whose folder holds a finished run (the folder is the
+    fresher);
     return the names of the runs whose entries changed."""
     changed = set()
     for run in runs:
@@ -857,8 +899,10 @@ def collect(runs, ledger, runs_dir):
 
 
 def keep_new_predictions(runs, ledger, placed, args, fresh):
-    """Keep the predictions of the finished runs of a group of seeds whose folders and data are here, where
-    none are kept yet (a run finished by an older report) or the ledger has just taken the run from its folder
+    """Keep the predictions of the finished runs of a group of seeds whose folders and data are
+    here, where
+    none are kept yet (a run finished by an older report) or the ledger has just taken the run from
+    its folder
     (`fresh`: a run redone since its predictions were kept)."""
     for run in (run for group in seed_groups(runs) for run in group):
         finished_here = run.key in ledger and (run.folder(args.runs) / "best_model.pt").exists()
@@ -913,7 +957,8 @@ def main(args):
 
 
 def add_ensembles(runs, ledger, args):
-    """Score (seconds: kept predictions, no training) the ensembles not in the ledger, or whose members
+    """Score (seconds: kept predictions, no training) the ensembles not in the ledger, or whose
+    members
     changed; one whose members changed and whose seeds' predictions are not all kept is dropped."""
     for group in ensemble_groups(runs, ledger):
         members = {run.key: ledger[run.key]["test"] for run in group}
@@ -969,7 +1014,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--ledger",
         default=str(ROOT / "docs" / "accuracy_runs.json"),
-        help="every finished run's figures, kept with the project (default: docs/accuracy_runs.json)",
+        help=(
+            "every finished run's figures, kept with the project (default: docs/accuracy_runs.json)"
+        ),
     )
     parser.add_argument(
         "--doc", default=str(ROOT / "docs" / "accuracy.md"), help="(default: docs/accuracy.md)"

@@ -3,8 +3,10 @@ fingerprints, with the same molecules, labels, splits and seeds as the
 network (the same flags mean the same thing here).
 
     python benchmarks/baseline_fingerprints.py dataset/BBBP.csv
-    python benchmarks/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --split-sizes 0.8,0.1,0.1
-    python benchmarks/baseline_fingerprints.py dataset/ESOL.csv --label-column "measured log solubility in mols per litre"
+    python benchmarks/baseline_fingerprints.py dataset/BBBP.csv --split scaffold --split-sizes
+0.8,0.1,0.1
+    python benchmarks/baseline_fingerprints.py dataset/ESOL.csv --label-column "measured log
+solubility in mols per litre"
 
 Each label column gets its own forest (a classifier for 0/1 labels, a
 regressor otherwise), fitted on the training molecules that have that label.
@@ -51,7 +53,8 @@ def forest_predictions(features, labels, train, kind, args):
 
 def main(args):
     started = time.perf_counter()
-    # as the training scripts do: a scaffold needs a parsed molecule, and the canonical form parses them all
+    # as the training scripts do: a scaffold needs a parsed molecule, and the canonical form parses
+    # them all
     table = read_molecule_csv(
         args.dataset,
         args.smiles_column,
@@ -88,7 +91,8 @@ def main(args):
             describe_split(table, splits, args.split, args.seed, args.split_sizes),
             output / "splits.json",
         )
-        # metrics.json last, whole or not at all: the accuracy report takes it for "this run is done"
+        # metrics.json last, whole or not at all: the accuracy report takes it for "this run is
+        # done"
         atomic_write_json(
             {
                 f"test_{score}": scores["test"][score],
@@ -99,7 +103,8 @@ def main(args):
                 "seed": args.seed,
                 "split": args.split,
                 "wall_seconds": time.perf_counter() - started,
-                "model": f"random forest, {args.trees} trees, Morgan r={args.radius}, {args.bits} bits",
+                "model": f"random forest, {args.trees} trees, "
+                f"Morgan r={args.radius}, {args.bits} bits",
             },
             output / "metrics.json",
         )

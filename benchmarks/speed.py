@@ -1,7 +1,8 @@
 """Training throughput on this machine: partorch against the tutorial's loop,
 against PyTorch Lightning, and against itself on 1, 2, ... processes.
 
-    python benchmarks/speed.py --reference --lightning          # BBBP and HIV, writes docs/benchmarks.md
+    python benchmarks/speed.py --reference --lightning          # BBBP and HIV, writes
+docs/benchmarks.md
     python benchmarks/speed.py --datasets my.csv --label-column y --steps 10
 
 For each data set it launches, via torchrun, a fixed number of training steps
@@ -360,7 +361,8 @@ def against_lightning(args, dataset, procs):
     )
     for name, figures in (("Lightning", lightning), ("partorch", partorch)):
         print(
-            f"{Path(path).name:>9} {name:>14} {procs} proc x 1 thr: {figures['samples_per_second']:8.1f} samples/s,"
+            f"{Path(path).name:>9} {name:>14} {procs} proc x 1 thr: "
+            f"{figures['samples_per_second']:8.1f} samples/s,"
             f" test ROC AUC {figures['test_roc_auc']:.4f} after {args.lightning_epochs} epochs",
             flush=True,
         )
@@ -418,18 +420,25 @@ def markdown_report(results, peaks, args, command):
     lines = [
         "# Training throughput",
         "",
-        f"Machine: {cpu}, {cores} cores, {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'};"
+        f"Machine: {cpu}, {cores} cores, "
+        f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'};"
         f" torch {torch.__version__}, Python {platform.python_version()}.",
         "",
         f"Command: `{command}`",
         "",
-        f"Model: 3-layer bidirectional LSTM, embedding 128, hidden 128. partorch: global batch {args.batch_size},"
-        f" length-bucketed, {args.steps} timed steps after {args.warmup} warm-up steps. Tutorial reference:"
-        f" batches of {args.reference_batch_size}, packed sequences, 2 DataLoader workers re-spawned every epoch,"
+        f"Model: 3-layer bidirectional LSTM, embedding 128, hidden 128. partorch: global batch "
+        f"{args.batch_size},"
+        f" length-bucketed, {args.steps} timed steps after {args.warmup} warm-up steps. Tutorial "
+        f"reference:"
+        f" batches of {args.reference_batch_size}, packed sequences, 2 DataLoader workers "
+        f"re-spawned every epoch,"
         f" `loss.item()` and a TensorBoard write every step, {args.reference_steps} timed steps.",
-        "Loops: `partorch` is the DDP script's own train_one_epoch; `layer-by-layer` the same with every batch"
-        " on the padded path (what every batch took before the fused call); `independent` the same processes"
-        " training alone at once, with no DDP wrapper and no gradient exchange (the control for DDP's cost).",
+        "Loops: `partorch` is the DDP script's own train_one_epoch; `layer-by-layer` the same with "
+        "every batch"
+        " on the padded path (what every batch took before the fused call); `independent` the same "
+        "processes"
+        " training alone at once, with no DDP wrapper and no gradient exchange (the control for "
+        "DDP's cost).",
         "",
         "Float32 matmul peak measured in this run: "
         + ", ".join(
@@ -437,10 +446,12 @@ def markdown_report(results, peaks, args, command):
             for t, p in sorted(peaks.items())
         )
         + ".",
-        "MFU = model FLOP/s (matmul FLOPs of the LSTM on real tokens, x3 for training) / the peak of the"
+        "MFU = model FLOP/s (matmul FLOPs of the LSTM on real tokens, x3 for training) / the peak "
+        "of the"
         " cores the configuration uses.",
         "",
-        "| data | loop | processes x threads | global batch | samples/s | tokens/s | GFLOP/s | MFU | epoch (s) "
+        "| data | loop | processes x threads | global batch | samples/s | tokens/s | GFLOP/s | MFU "
+        "| epoch (s) "
         "| peak MB / process | vs 1 process x 1 thread |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -462,7 +473,8 @@ def markdown_report(results, peaks, args, command):
         lines.append(
             f"| {r['dataset']} | {r['loop']} | {r['procs']} x {r['threads']} "
             f"| {r['global_batch']} "
-            f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | {r['flops_per_second'] / 1e9:.2f} "
+            f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | "
+            f"{r['flops_per_second'] / 1e9:.2f} "
             f"| {100 * r['flops_per_second'] / peak:.0f} % | {r['epoch_seconds']:.1f} "
             f"| {', '.join(f'{m:.0f}' for m in r['peak_memory_mb'])} "
             f"| {r['samples_per_second'] / base['samples_per_second']:.2f}x |"
@@ -478,26 +490,32 @@ def scaling_notes(results, batch_size):
     for r in results:
         if r["loop"] != "partorch" or r["procs"] == 1 or r["global_batch"] != batch_size:
             continue
-        same = lambda a, loop, procs: (
-            a["dataset"] == r["dataset"]
-            and a["loop"] == loop
-            and a["procs"] == procs
-            and a["threads"] == 1
-            and a["global_batch"] == batch_size // r["procs"] * procs
-        )
+
+        def same(a, loop, procs, r=r):
+            return (
+                a["dataset"] == r["dataset"]
+                and a["loop"] == loop
+                and a["procs"] == procs
+                and a["threads"] == 1
+                and a["global_batch"] == batch_size // r["procs"] * procs
+            )
+
         control = next((a for a in results if same(a, "independent", r["procs"])), None)
         alone = next((a for a in results if same(a, "partorch", 1)), None)
         if control:
             notes.append(
                 f"- {r['dataset']}: {r['procs']} DDP processes at global batch {batch_size} run "
-                f"{r['samples_per_second']:.1f} samples/s, {100 * r['samples_per_second'] / control['samples_per_second']:.0f} % of "
-                f"{r['procs']} independent processes at batch {batch_size // r['procs']} each running at once "
+                f"{r['samples_per_second']:.1f} samples/s, "
+                f"{100 * r['samples_per_second'] / control['samples_per_second']:.0f} % of "
+                f"{r['procs']} independent processes at batch {batch_size // r['procs']} each "
+                f"running at once "
                 f"({control['samples_per_second']:.1f})."
             )
         if alone:
             ideal = r["procs"] * alone["samples_per_second"]
             notes.append(
-                f"- {r['dataset']}: the same is {100 * r['samples_per_second'] / ideal:.0f} % of {r['procs']} x "
+                f"- {r['dataset']}: the same is {100 * r['samples_per_second'] / ideal:.0f} % of "
+                f"{r['procs']} x "
                 f"one process at batch {alone['global_batch']} alone on the machine ({ideal:.1f})."
             )
     return ["", "Where strong scaling goes:", *notes] if notes else []
@@ -516,20 +534,27 @@ def lightning_report(comparison, results, batch_size, target=0.90):
         "",
         f"## Against PyTorch Lightning and the tutorial's loop ({name})",
         "",
-        f"Whole epochs: {epochs} of each, {procs} processes x 1 thread, global batch {batch_size}, the default "
-        "model, split (stratified, seed 1729) and AdamW; test ROC AUC of the best dev epoch. Lightning as its "
-        "documentation shows DDP: a LightningModule, plain `DataLoader`s (random batches, each molecule "
+        f"Whole epochs: {epochs} of each, {procs} processes x 1 thread, global batch {batch_size}, "
+        f"the default "
+        "model, split (stratified, seed 1729) and AdamW; test ROC AUC of the best dev epoch. "
+        "Lightning as its "
+        "documentation shows DDP: a LightningModule, plain `DataLoader`s (random batches, each "
+        "molecule "
         'tokenized when read), `Trainer(strategy="ddp")` (`benchmarks/lightning_reference.py`).',
         "",
-        f"| loop | training samples/s | test ROC AUC | training s to dev ROC AUC {target:.2f} | vs Lightning |",
+        f"| loop | training samples/s | test ROC AUC | training s to dev ROC AUC {target:.2f} | vs "
+        f"Lightning |",
         "|---|---|---|---|---|",
     ]
     base = comparison["lightning"]["samples_per_second"]
     for loop in ("lightning", "partorch"):
         figures = comparison[loop]
         reached = seconds_to(figures["dev_curve"], target)
+        name = (
+            "PyTorch Lightning" if loop == "lightning" else "partorch (basic_neural_network_ddp.py)"
+        )
         lines.append(
-            f"| {'PyTorch Lightning' if loop == 'lightning' else 'partorch (basic_neural_network_ddp.py)'} "
+            f"| {name} "
             f"| {figures['samples_per_second']:.1f} | {figures['test_roc_auc']:.3f} "
             f"| {'not reached' if reached is None else f'{reached:.0f}'} "
             f"| {figures['samples_per_second'] / base:.2f}x |"
@@ -550,8 +575,10 @@ def lightning_report(comparison, results, batch_size, target=0.90):
     if tutorial and ours:
         lines += [
             "",
-            f"The tutorial's loop (table above, 1 process x all cores) ran {tutorial['samples_per_second']:.1f}"
-            f" samples/s: partorch on {procs} processes runs {ours['samples_per_second'] / tutorial['samples_per_second']:.1f}x that.",
+            f"The tutorial's loop (table above, 1 process x all cores) ran "
+            f"{tutorial['samples_per_second']:.1f}"
+            f" samples/s: partorch on {procs} processes runs "
+            f"{ours['samples_per_second'] / tutorial['samples_per_second']:.1f}x that.",
         ]
     return "\n".join(lines) + "\n"
 
@@ -571,10 +598,10 @@ def plot(results, path):
         ]
         one = max((r for r in ours if r["procs"] == 1), key=lambda r: r["global_batch"])
         for label, keep, style in (
-            ("same global batch", lambda r: r["global_batch"] == one["global_batch"], "-"),
+            ("same global batch", lambda r, one=one: r["global_batch"] == one["global_batch"], "-"),
             (
                 "same batch per process",
-                lambda r: r["global_batch"] == one["global_batch"] * r["procs"],
+                lambda r, one=one: r["global_batch"] == one["global_batch"] * r["procs"],
                 ":",
             ),
         ):
@@ -615,7 +642,10 @@ def main():
     parser.add_argument(
         "--datasets",
         nargs="+",
-        help="CSV files (default: dataset/BBBP.csv and dataset/HIV.csv, placed by dataset/place_data.py)",
+        help=(
+            "CSV files (default: dataset/BBBP.csv and dataset/HIV.csv, placed by "
+            "dataset/place_data.py)"
+        ),
     )
     parser.add_argument("--smiles-column", default="smiles")
     parser.add_argument("--label-column", help="label column of --datasets (default: p_np)")
@@ -649,8 +679,8 @@ def main():
     parser.add_argument(
         "--lightning",
         action="store_true",
-        help="also train with PyTorch Lightning's DDP and partorch's DDP script for --lightning-epochs "
-        "epochs each (first data set only; needs pip install -e '.[bench]')",
+        help="also train with PyTorch Lightning's DDP and partorch's DDP script for "
+        "--lightning-epochs epochs each (first data set only; needs pip install -e '.[bench]')",
     )
     parser.add_argument("--lightning-epochs", type=int, default=5, help="(default: %(default)s)")
     parser.add_argument(

@@ -1,7 +1,8 @@
 """Place a MoleculeNet data set in this folder as NAME.csv, verified by checksum,
 and print the training command with the columns it needs.
 
-    python dataset/place_data.py HIV                           # download from the MoleculeNet mirror
+    python dataset/place_data.py HIV                           # download from the MoleculeNet
+mirror
     python dataset/place_data.py HIV --from /path/to/HIV.csv   # copy a local file instead
     python dataset/place_data.py SIDER --url URL               # download from another address
 
@@ -186,7 +187,8 @@ def decompress(source, packed, target):
             shutil.copyfileobj(inside, out)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         fail(
-            f"{source}: its checksum matches, but it does not decompress as gzip ({exc}); nothing placed"
+            f"{source}: its checksum matches, but it does not decompress as gzip ({exc}); nothing "
+            f"placed"
         )
 
 
@@ -256,7 +258,8 @@ def place(name, source, is_url, destination, force=False):
     )
     if existing and not explicit:
         return (
-            f"{shown(destination)} is already in place ({existing.algorithm} verified: {existing.what})",
+            f"{shown(destination)} is already in place ({existing.algorithm} verified: "
+            f"{existing.what})",
             existing,
         )
     with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{name}.") as work:
@@ -282,7 +285,8 @@ def place(name, source, is_url, destination, force=False):
             destination.is_file() and existing is None and not force
         ):  # perhaps edited by hand: never lost silently
             fail(
-                f"{shown(destination)} exists and is not a known copy of {name}; move it away, or pass --force "
+                f"{shown(destination)} exists and is not a known copy of {name}; move it away, or "
+                f"pass --force "
                 "to replace it; nothing placed"
             )
         with open(placed, "rb+") as f:
@@ -292,7 +296,8 @@ def place(name, source, is_url, destination, force=False):
 
 
 def infer_name(source):
-    """The data set a file or URL is named after (HIV.csv, sider.csv.gz, delaney-processed.csv), or None."""
+    """The data set a file or URL is named after (HIV.csv, sider.csv.gz, delaney-processed.csv), or
+    None."""
     base = source.rstrip("/").rsplit("/", 1)[-1].lower()
     for name, dataset in DATASETS.items():
         if base in (f"{name.lower()}.csv", f"{name.lower()}.csv.gz", dataset.mirror_file.lower()):

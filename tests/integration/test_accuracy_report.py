@@ -30,7 +30,10 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
         for s in (1, 2)
     ]
     text = doc.read_text()
-    row = f"| stratified 72/18/10 | forest | 1, 2 | {statistics.mean(forest):.3f} +- {statistics.stdev(forest):.3f} |"
+    row = (
+        f"| stratified 72/18/10 | forest | 1, 2 | {statistics.mean(forest):.3f} +- "
+        f"{statistics.stdev(forest):.3f} |"
+    )
     assert row in text
     assert (
         "- BBBP stratified 72/18/10, network, canonical SMILES: seeds 1, 2" in text
@@ -41,7 +44,8 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     listing = run_script([REPORT, "--list", *flags], timeout=60).stdout
     assert sum(line.startswith("done") for line in listing.splitlines()) == 2
 
-    # network runs as a training run leaves them: better than the forest by 0.2 on the same splits, and two recipes
+    # network runs as a training run leaves them: better than the forest by 0.2 on the same splits,
+    # and two recipes
     for seed, score in zip((1, 2), forest):
         _fake_network_run(runs, seed, score + 0.2)
         _fake_network_run(runs, seed, score - 0.3, recipe="augment", dev=0.85, seconds=120)
@@ -50,18 +54,22 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
     assert (
-        "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the default "
+        "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the "
+        "default "
         "network's mean (seeds 1, 2)" in doc.read_text()
     )
     assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
     # the default is chosen by dev, whatever test says, with its cost beside it
     assert (
-        "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a run, the "
+        "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a "
+        "run, the "
         "defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag." in doc.read_text()
     )
     assert (
-        "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 min a run, "
-        "the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a candidate for the "
+        "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 "
+        "min a run, "
+        "the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a candidate "
+        "for the "
         "default." in doc.read_text()
     )
 
@@ -89,7 +97,8 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert moved.returncode == 0 and "running " not in moved.stdout, moved.stderr
     assert doc.read_text() == before
 
-    # a network run redone on another split than the one the ledger recorded for the forest is refused
+    # a network run redone on another split than the one the ledger recorded for the forest is
+    # refused
     _fake_network_run(runs, 2, forest[1] + 0.2, forest_splits=False)
     before = doc.read_text()
     refused = run_script([REPORT, "--write-only", *flags], timeout=60)
@@ -99,7 +108,8 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
 
 
 def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.9, seconds=60):
-    """A finished network run's folder; its splits.json the forest's, or (forest_splits=False) a made-up one."""
+    """A finished network run's folder; its splits.json the forest's, or (forest_splits=False) a
+    made-up one."""
     forest = runs / CELL / "forest_canonical" / f"seed_{seed}"
     network = (
         runs / CELL / ("network_canonical" + (f"_{recipe}" if recipe else "")) / f"seed_{seed}"
@@ -193,14 +203,16 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
         f"{ensemble['test']:.3f} | - | {ensemble['dev']:.3f} |" in doc.read_text()
     )
 
-    # each seed's predictions are kept beside the ledger: the ensemble is scored again from them alone,
+    # each seed's predictions are kept beside the ledger: the ensemble is scored again from them
+    # alone,
     # with the run folders and the data gone (seeds run on different machines)
     kept = [
         tmp_path / "ledger_predictions" / SCAFFOLD / "network_canonical" / f"seed_{seed}.json.gz"
         for seed in (1, 2)
     ]
     assert all(path.exists() for path in kept)
-    # a run redone in its folder since its predictions were kept (its ledger entry is older): kept again
+    # a run redone in its folder since its predictions were kept (its ledger entry is older): kept
+    # again
     original = kept[1].read_bytes()
     shutil.copy(kept[0], kept[1])
     entries = json.loads(ledger.read_text())
@@ -269,21 +281,24 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     )
     assert doc.read_text() == before
 
-    # with a seed's predictions missing (its run kept none, its folder is gone) the ensemble is left out, and said so
+    # with a seed's predictions missing (its run kept none, its folder is gone) the ensemble is left
+    # out, and said so
     kept[1].unlink()
     partial = run_script([REPORT, *flags], timeout=60)
     assert partial.returncode == 0, partial.stderr[-2000:]
     assert (
-        f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: no predictions kept for seed 2 "
-        in partial.stdout
+        f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: no predictions kept for "
+        f"seed 2 " in partial.stdout
     )
     assert "network, ensemble of" not in doc.read_text()
 
 
 @pytest.mark.timeout(120)
 def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledger(tmp_path):
-    """docs/accuracy.md's figures come from the ledger by its own command, not from a hand edit: the command
-    named in its first lines, run with --write-only on a copy of the ledger, writes the same text again."""
+    """docs/accuracy.md's figures come from the ledger by its own command, not from a hand edit: the
+    command
+    named in its first lines, run with --write-only on a copy of the ledger, writes the same text
+    again."""
     committed = (ROOT / "docs" / "accuracy.md").read_text()
     command = (
         committed.split("Written by `python benchmarks/accuracy.py", 1)[1].split("`", 1)[0].split()

@@ -56,7 +56,8 @@ def test_uneven_shards_finish_with_equal_step_counts(tmp_path, nproc, n, batch_s
     assert len({json.dumps(r["steps"]) for r in ranks}) == 1
     assert all(r["samples"] == n for r in ranks)  # reduced over ranks: the whole split, once
     assert len({r["loss"] for r in ranks}) == 1  # the same aggregated loss on every rank
-    # every step's loss, summed over ranks: one value a step, the same on every rank, averaging to the epoch's
+    # every step's loss, summed over ranks: one value a step, the same on every rank, averaging to
+    # the epoch's
     assert len({json.dumps(r["step_losses"]) for r in ranks}) == 1
     assert len(ranks[0]["step_losses"]) == ranks[0]["steps"][-1]
 

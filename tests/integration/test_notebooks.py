@@ -1,4 +1,5 @@
-"""The workshop notebooks execute top to bottom on small settings, and are stored without outputs."""
+"""The workshop notebooks execute top to bottom on small settings, and are stored without
+outputs."""
 
 from itertools import combinations
 import json

@@ -58,7 +58,8 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
     resume_seconds = time.perf_counter() - resume_started
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _metrics(full) == _metrics(part)
-    # a resumed run's wall clock counts its earlier attempts: the accuracy report's minutes per run use it
+    # a resumed run's wall clock counts its earlier attempts: the accuracy report's minutes per run
+    # use it
     wall = json.loads((part / "metrics.json").read_text())["wall_seconds"]
     assert earlier < wall < earlier + resume_seconds
     a, b = (torch.load(d / "best_model.pt", weights_only=True) for d in (full, part))
@@ -130,7 +131,8 @@ def test_a_new_run_in_a_folder_holding_an_earlier_one_is_refused_not_mixed(tmp_p
 
 @pytest.mark.timeout(400)
 def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
-    # the usage line's form (a fixed port, no --output-dir): the restart must find the job's own version_N
+    # the usage line's form (a fixed port, no --output-dir): the restart must find the job's own
+    # version_N
     out = tmp_path / "runs" / "ddp" / "version_0"
     command = [
         sys.executable,

@@ -62,7 +62,8 @@ def _hparams(output):
 
 @pytest.mark.timeout(300)
 def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
-    # as users run it: no --output-dir (a new runs/ddp/version_N), output into a file, not a terminal
+    # as users run it: no --output-dir (a new runs/ddp/version_N), output into a file, not a
+    # terminal
     with open(tmp_path / "train.log", "w") as log:
         done = subprocess.run(
             [
@@ -151,7 +152,8 @@ def test_ddp_script_under_torchrun_on_two_processes(bbbp_subset, tmp_path):
     }
     assert final["hparam/test_roc_auc"] == pytest.approx(metrics["test_roc_auc"])
 
-    # a second run: its own folder; and without --test-every-epoch the test split is scored once, at the end
+    # a second run: its own folder; and without --test-every-epoch the test split is scored once, at
+    # the end
     again = run_script([DDP, bbbp_subset, *FAST_FLAGS], nproc=2, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     second = tmp_path / "runs" / "ddp" / "version_1"
@@ -255,7 +257,8 @@ def test_several_tasks_with_missing_labels_score_the_mean_roc_auc(sider_subset, 
     )  # the test split
     tags = _scalars(out).Tags()["scalars"]
     assert f"ROC_AUC/dev/{columns[0]}" in tags and "ROC_AUC/dev" in tags
-    # --class-weight balanced: each column's positives weighted by its training negatives per positive
+    # --class-weight balanced: each column's positives weighted by its training negatives per
+    # positive
     train = frame.iloc[[row - 2 for row in json.loads((out / "splits.json").read_text())["train"]]][
         columns
     ]

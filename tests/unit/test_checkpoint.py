@@ -116,7 +116,8 @@ def test_a_snapshot_resumes_only_the_run_that_wrote_it(tmp_path):
 
 
 def test_a_snapshot_whose_weights_are_named_otherwise_is_refused(tmp_path):
-    """The optimiser's state follows parameters by position: renamed weights would swap layers' moments."""
+    """The optimiser's state follows parameters by position: renamed weights would swap layers'
+    moments."""
     model, optimizer, scaler = _parts()
     save_snapshot(
         tmp_path / "last.pt",

@@ -48,7 +48,8 @@ def test_every_rank_agrees_and_each_attempt_gets_a_new_number():
 def test_keys_a_dead_attempt_left_behind_cannot_fool_a_rank():
     server = _server()
     assert _attempt(server, 2, [0, 0]) == [1, 1]
-    # an attempt whose rank 0 drew a number and died before anyone answered: a stale 'current', no 'go'
+    # an attempt whose rank 0 drew a number and died before anyone answered: a stale 'current', no
+    # 'go'
     stale = _client(server)
     stale.add("partorch/attempts", 1)
     stale.set("partorch/current", "2")

@@ -75,7 +75,8 @@ def _exact_model(**kwargs):
 
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_packed_path_for_gpus_equals_the_layer_by_layer_path(bidirectional):
-    """On CUDA a batch of mixed lengths goes through pack_padded_sequence (cuDNN); checked here on CPU."""
+    """On CUDA a batch of mixed lengths goes through pack_padded_sequence (cuDNN); checked here on
+    CPU."""
     model = _exact_model(bidirectional=bidirectional).eval()
     tokens, lengths, _ = _batch([5, 13, 2, 13, 8], seed=4)
     x = model.embedding(tokens)

@@ -67,7 +67,8 @@ def test_random_split_takes_the_sizes_asked_for():
     assert (len(default.train), len(default.dev), len(default.test)) == (1476, 369, 205)
 
 
-# Molecules in scaffold groups of 6, 5, 4, 3, 2 and 1, 1, 1: benzene, pyridine, cyclohexane... with side chains
+# Molecules in scaffold groups of 6, 5, 4, 3, 2 and 1, 1, 1: benzene, pyridine, cyclohexane... with
+# side chains
 SCAFFOLDS = [
     "c1ccccc1",
     "c1ccncc1",
@@ -113,7 +114,8 @@ def test_scaffold_split_breaks_ties_as_deepchem_does():
 
 def test_balanced_scaffold_split_puts_big_groups_first():
     # one group of 5 (more than half of dev or test: 0.2 * 20 / 2 = 2) and 15 of one molecule each;
-    # a plain shuffle would sometimes reach the big group when train is nearly full and send it to test
+    # a plain shuffle would sometimes reach the big group when train is nearly full and send it to
+    # test
     smiles = (
         [f"{'C' * (k + 1)}c1ccccc1" for k in range(5)]
         + [f"C1{'C' * k}C1" for k in range(1, 8)]
