@@ -1,13 +1,13 @@
 """Regenerate docs/accuracy.md: the network against a random forest on Morgan
 fingerprints, on identical splits, over seeds, for each data set and split.
 
-    python benchmarks/accuracy.py                 # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes
-here
+    # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes here
+    python benchmarks/accuracy.py
     python benchmarks/accuracy.py --datasets BBBP HIV SIDER ESOL Lipophilicity
     python benchmarks/accuracy.py --list          # the runs, and which are done
     python benchmarks/accuracy.py --write-only    # the tables from the runs done so far
-    python benchmarks/accuracy.py --recipes augment --only scaffold_0.8   # a heavier network
-recipe, too
+    # a heavier network recipe, too
+    python benchmarks/accuracy.py --recipes augment --only scaffold_0.8
 
 Every run writes its own folder under --runs (runs/accuracy/DATASET/SPLIT_SIZES/
 MODEL_FORM[_RECIPE]/seed_N); what it scored is copied into the ledger,
@@ -145,8 +145,7 @@ class Run:
     @property
     def joins_ensembles(self):
         """Its seeds' predictions can be averaged: a network scored on the given SMILES (predict.py
-        has no --tta),
-        on a split whose dev and test molecules do not depend on the seed."""
+        has no --tta), on a split whose dev and test molecules do not depend on the seed."""
         return (
             self.model == "network"
             and "--tta" not in RECIPES.get(self.recipe, [])
@@ -303,8 +302,7 @@ def ensemble_key(group):
 
 def seed_groups(runs):
     """The planned runs that can join an ensemble, grouped with those that differ from them by seed
-    alone
-    (the style lesson's single-seed runs make no group)."""
+    alone (the style lesson's single-seed runs make no group)."""
     groups = {}
     for run in runs:
         if run.joins_ensembles:
@@ -383,8 +381,7 @@ def _nulls(table):
 
 def keep_predictions(run, args):
     """Save a finished run's dev and test predictions beside the ledger (gzip without a time stamp:
-    a run redone
-    alike writes the same bytes)."""
+    a run redone alike writes the same bytes)."""
     kept = predict_dev_and_test(run, args.runs, args.data_dir)
     write_whole(
         predictions_path(run, args.ledger), gzip.compress(json.dumps(kept).encode(), mtime=0)
@@ -393,8 +390,7 @@ def keep_predictions(run, args):
 
 def load_predictions(run, ledger, ledger_path):
     """A run's kept predictions, checked against its ledger entry: a file left by an earlier run of
-    the same
-    name (redone since) would score an ensemble of models that are not the ledger's."""
+    the same name (redone since) would score an ensemble of models that are not the ledger's."""
     path = predictions_path(run, ledger_path)
     try:
         kept = json.loads(gzip.decompress(path.read_bytes()))
@@ -420,8 +416,7 @@ def _score(task, labels, predictions):
 
 def score_ensemble(group, ledger, ledger_path):
     """The ledger entry of the mean prediction of a group's best models on its dev and test
-    molecules,
-    from their kept predictions; None while a seed's are missing."""
+    molecules, from their kept predictions; None while a seed's are missing."""
     if not all(predictions_path(run, ledger_path).exists() for run in group):
         return None
     loaded = [load_predictions(run, ledger, ledger_path) for run in group]
@@ -487,8 +482,7 @@ def _percent(sizes):
 
 def dataset_section(name, runs, done, ledger):
     """One data set's table, and how each network recipe (and ensemble) compares with the forest on
-    each split;
-    and each recipe's DevGain over the defaults there."""
+    each split; and each recipe's DevGain over the defaults there."""
     finished = [r for r in runs if done.get(r)]
     if not finished:
         return [], [], []
@@ -528,8 +522,8 @@ def dataset_section(name, runs, done, ledger):
                     {seed: ensemble["dev"] for seed in ensemble["seeds"]},
                 )
                 lines.append(
-                    f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} | {_row_of_one(ensemble)} "
-                    f"|"
+                    f"| {SPLIT_NAMES[split]} {_percent(sizes)} | {label} "
+                    f"| {_row_of_one(ensemble)} |"
                 )
         standings.append(
             dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher)
@@ -584,9 +578,8 @@ class Standing(NamedTuple):
 
 def dev_pick(where, scores, devs, ran, higher):
     """The single network (no ensemble) with the best mean dev score among those with one for every
-    seed the
-    forest ran, as a Standing; None without a forest or such a network. Its test score is read,
-    never chosen by."""
+    seed the forest ran, as a Standing; None without a forest or such a network. Its test score is
+    read, never chosen by."""
     if "forest" not in ran:
         return None
     full = [
@@ -609,15 +602,12 @@ def standings_section(standings):
         "## In short: the network dev picks, against the forest",
         "",
         "On each split, of the single networks (defaults and recipes; no ensembles) with a dev "
-        "score for every "
-        "seed the forest ran, the one with the best mean dev score, and its test score; a network "
-        "whose dev "
-        "scores were not kept (a dash below) is not a candidate. Scores are ROC AUC, or RMSE on "
-        "the regression "
-        "sets (lower is better).",
+        "score for every seed the forest ran, the one with the best mean dev score, and its test "
+        "score; a network whose dev scores were not kept (a dash below) is not a candidate. "
+        "Scores are ROC AUC, or RMSE on the regression sets (lower is better).",
         "",
-        "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test | "
-        "verdict |",
+        "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test "
+        "| verdict |",
         "|---|---|---|---|---|---|",
         *(standing.row() for standing in standings),
         "",
@@ -627,15 +617,14 @@ def standings_section(standings):
 def _row_of_one(ensemble):
     """The table's cells for an ensemble: one figure, made of the seeds' models."""
     return (
-        f"{', '.join(map(str, ensemble['seeds']))} | {ensemble['test']:.3f} | - | "
-        f"{ensemble['dev']:.3f} | - | -"
+        f"{', '.join(map(str, ensemble['seeds']))} | {ensemble['test']:.3f} "
+        f"| - | {ensemble['dev']:.3f} | - | -"
     )
 
 
 def dev_gain(recipe, default, higher_is_better):
     """A recipe's mean dev score minus the defaults' on the seeds both ran (positive: better), and
-    those seeds:
-    the figure a recipe is chosen by. (None, []) when no seed ran both."""
+    those seeds: the figure a recipe is chosen by. (None, []) when no seed ran both."""
     seeds = sorted(recipe.keys() & default.keys())
     if not seeds:
         return None, seeds
@@ -679,10 +668,8 @@ def defaults_section(dev_gains, datasets):
         "## Choosing the defaults, by dev scores only",
         "",
         "Each recipe's mean dev score minus the default network's, on the seeds both ran "
-        "(positive: better; "
-        "RMSE's sign turned), where both have dev scores in the ledger, and the median minutes a "
-        "run of each. "
-        "Test scores play no part.",
+        "(positive: better; RMSE's sign turned), where both have dev scores in the ledger, and "
+        "the median minutes a run of each. Test scores play no part.",
         "",
     ]
     for recipe in dict.fromkeys(gain.recipe for gain in dev_gains):
@@ -697,8 +684,8 @@ def defaults_section(dev_gains, datasets):
             f"lowers dev on {', '.join(worse)}: stays a flag"
             if worse
             else (
-                f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): a "
-                f"candidate for the default"
+                f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): "
+                "a candidate for the default"
             )
         )
         lines.append(
@@ -755,8 +742,8 @@ def _check_identical_splits(name, split, cell, done):
     for seed, digests in by_seed.items():
         if len(digests) > 1:
             raise SystemExit(
-                f"error: {name} {split} seed {seed}: the network and the forest saw different "
-                f"splits"
+                f"error: {name} {split} seed {seed}: "
+                "the network and the forest saw different splits"
             )
 
 
@@ -787,12 +774,12 @@ def style_section(seed, done):
         digests = {done[r]["split_sha256"] for r in (run, twin) if r}
         if None not in digests and len(digests) > 1:
             raise SystemExit(
-                f"error: BBBP {run.split} seed {seed}: the raw and canonical runs saw different "
-                f"splits"
+                f"error: BBBP {run.split} seed {seed}: "
+                "the raw and canonical runs saw different splits"
             )
         lines.append(
-            f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} | "
-            f"{done[run]['test']:.3f} |"
+            f"| {SPLIT_NAMES[run.split]} {_percent(run.sizes)} | {run.form} "
+            f"| {done[run]['test']:.3f} |"
         )
     return lines + [""] if finished else []
 
@@ -887,8 +874,7 @@ def write_report(runs, placed, ledger, args):
 
 def collect(runs, ledger, runs_dir):
     """Copy into the ledger every planned run whose folder holds a finished run (the folder is the
-    fresher);
-    return the names of the runs whose entries changed."""
+    fresher); return the names of the runs whose entries changed."""
     changed = set()
     for run in runs:
         entry = harvest(run, runs_dir)
@@ -900,10 +886,8 @@ def collect(runs, ledger, runs_dir):
 
 def keep_new_predictions(runs, ledger, placed, args, fresh):
     """Keep the predictions of the finished runs of a group of seeds whose folders and data are
-    here, where
-    none are kept yet (a run finished by an older report) or the ledger has just taken the run from
-    its folder
-    (`fresh`: a run redone since its predictions were kept)."""
+    here, where none are kept yet (a run finished by an older report) or the ledger has just taken
+    the run from its folder (`fresh`: a run redone since its predictions were kept)."""
     for run in (run for group in seed_groups(runs) for run in group):
         finished_here = run.key in ledger and (run.folder(args.runs) / "best_model.pt").exists()
         if (
@@ -958,8 +942,8 @@ def main(args):
 
 def add_ensembles(runs, ledger, args):
     """Score (seconds: kept predictions, no training) the ensembles not in the ledger, or whose
-    members
-    changed; one whose members changed and whose seeds' predictions are not all kept is dropped."""
+    members changed; one whose members changed and whose seeds' predictions are not all kept is
+    dropped."""
     for group in ensemble_groups(runs, ledger):
         members = {run.key: ledger[run.key]["test"] for run in group}
         if ledger.get(ensemble_key(group), {}).get("members") != members:

@@ -4,8 +4,8 @@ batches, each molecule tokenized when it is read) and
 `Trainer(strategy="ddp")`, which starts its own processes.
 
     pip install -e '.[bench]'
-    OMP_NUM_THREADS=1 python benchmarks/lightning_reference.py dataset/BBBP.csv --devices 2 --epochs
-5
+    OMP_NUM_THREADS=1 python benchmarks/lightning_reference.py dataset/BBBP.csv \
+        --devices 2 --epochs 5
 
 `benchmark.py --lightning` runs it beside partorch's DDP script at equal
 epochs. Written to JSON (--out): training samples/s over whole epochs (no

@@ -1,8 +1,7 @@
 """Training throughput on this machine: partorch against the tutorial's loop,
 against PyTorch Lightning, and against itself on 1, 2, ... processes.
 
-    python benchmarks/speed.py --reference --lightning          # BBBP and HIV, writes
-docs/benchmarks.md
+    python benchmarks/speed.py --reference --lightning   # BBBP and HIV, writes docs/benchmarks.md
     python benchmarks/speed.py --datasets my.csv --label-column y --steps 10
 
 For each data set it launches, via torchrun, a fixed number of training steps
@@ -426,19 +425,16 @@ def markdown_report(results, peaks, args, command):
         "",
         f"Command: `{command}`",
         "",
-        f"Model: 3-layer bidirectional LSTM, embedding 128, hidden 128. partorch: global batch "
-        f"{args.batch_size},"
-        f" length-bucketed, {args.steps} timed steps after {args.warmup} warm-up steps. Tutorial "
-        f"reference:"
-        f" batches of {args.reference_batch_size}, packed sequences, 2 DataLoader workers "
-        f"re-spawned every epoch,"
-        f" `loss.item()` and a TensorBoard write every step, {args.reference_steps} timed steps.",
+        "Model: 3-layer bidirectional LSTM, embedding 128, hidden 128. partorch: global batch "
+        f"{args.batch_size}, length-bucketed, {args.steps} timed steps after {args.warmup} "
+        "warm-up steps. Tutorial reference: batches of "
+        f"{args.reference_batch_size}, packed sequences, 2 DataLoader workers re-spawned every "
+        f"epoch, `loss.item()` and a TensorBoard write every step, {args.reference_steps} timed "
+        "steps.",
         "Loops: `partorch` is the DDP script's own train_one_epoch; `layer-by-layer` the same with "
-        "every batch"
-        " on the padded path (what every batch took before the fused call); `independent` the same "
-        "processes"
-        " training alone at once, with no DDP wrapper and no gradient exchange (the control for "
-        "DDP's cost).",
+        "every batch on the padded path (what every batch took before the fused call); "
+        "`independent` the same processes training alone at once, with no DDP wrapper and no "
+        "gradient exchange (the control for DDP's cost).",
         "",
         "Float32 matmul peak measured in this run: "
         + ", ".join(
@@ -447,12 +443,10 @@ def markdown_report(results, peaks, args, command):
         )
         + ".",
         "MFU = model FLOP/s (matmul FLOPs of the LSTM on real tokens, x3 for training) / the peak "
-        "of the"
-        " cores the configuration uses.",
+        "of the cores the configuration uses.",
         "",
-        "| data | loop | processes x threads | global batch | samples/s | tokens/s | GFLOP/s | MFU "
-        "| epoch (s) "
-        "| peak MB / process | vs 1 process x 1 thread |",
+        "| data | loop | processes x threads | global batch | samples/s | tokens/s | GFLOP/s "
+        "| MFU | epoch (s) | peak MB / process | vs 1 process x 1 thread |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -473,8 +467,8 @@ def markdown_report(results, peaks, args, command):
         lines.append(
             f"| {r['dataset']} | {r['loop']} | {r['procs']} x {r['threads']} "
             f"| {r['global_batch']} "
-            f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} | "
-            f"{r['flops_per_second'] / 1e9:.2f} "
+            f"| {r['samples_per_second']:.1f} | {r['tokens_per_second']:.0f} "
+            f"| {r['flops_per_second'] / 1e9:.2f} "
             f"| {100 * r['flops_per_second'] / peak:.0f} % | {r['epoch_seconds']:.1f} "
             f"| {', '.join(f'{m:.0f}' for m in r['peak_memory_mb'])} "
             f"| {r['samples_per_second'] / base['samples_per_second']:.2f}x |"
@@ -508,15 +502,14 @@ def scaling_notes(results, batch_size):
                 f"{r['samples_per_second']:.1f} samples/s, "
                 f"{100 * r['samples_per_second'] / control['samples_per_second']:.0f} % of "
                 f"{r['procs']} independent processes at batch {batch_size // r['procs']} each "
-                f"running at once "
-                f"({control['samples_per_second']:.1f})."
+                f"running at once ({control['samples_per_second']:.1f})."
             )
         if alone:
             ideal = r["procs"] * alone["samples_per_second"]
             notes.append(
                 f"- {r['dataset']}: the same is {100 * r['samples_per_second'] / ideal:.0f} % of "
-                f"{r['procs']} x "
-                f"one process at batch {alone['global_batch']} alone on the machine ({ideal:.1f})."
+                f"{r['procs']} x one process at batch {alone['global_batch']} alone on the machine "
+                f"({ideal:.1f})."
             )
     return ["", "Where strong scaling goes:", *notes] if notes else []
 
@@ -535,26 +528,24 @@ def lightning_report(comparison, results, batch_size, target=0.90):
         f"## Against PyTorch Lightning and the tutorial's loop ({name})",
         "",
         f"Whole epochs: {epochs} of each, {procs} processes x 1 thread, global batch {batch_size}, "
-        f"the default "
-        "model, split (stratified, seed 1729) and AdamW; test ROC AUC of the best dev epoch. "
-        "Lightning as its "
-        "documentation shows DDP: a LightningModule, plain `DataLoader`s (random batches, each "
-        "molecule "
-        'tokenized when read), `Trainer(strategy="ddp")` (`benchmarks/lightning_reference.py`).',
+        "the default model, split (stratified, seed 1729) and AdamW; test ROC AUC of the best dev "
+        "epoch. Lightning as its documentation shows DDP: a LightningModule, plain `DataLoader`s "
+        '(random batches, each molecule tokenized when read), `Trainer(strategy="ddp")` '
+        "(`benchmarks/lightning_reference.py`).",
         "",
-        f"| loop | training samples/s | test ROC AUC | training s to dev ROC AUC {target:.2f} | vs "
-        f"Lightning |",
+        f"| loop | training samples/s | test ROC AUC | training s to dev ROC AUC {target:.2f} "
+        "| vs Lightning |",
         "|---|---|---|---|---|",
     ]
     base = comparison["lightning"]["samples_per_second"]
     for loop in ("lightning", "partorch"):
         figures = comparison[loop]
         reached = seconds_to(figures["dev_curve"], target)
-        name = (
+        who = (
             "PyTorch Lightning" if loop == "lightning" else "partorch (basic_neural_network_ddp.py)"
         )
         lines.append(
-            f"| {name} "
+            f"| {who} "
             f"| {figures['samples_per_second']:.1f} | {figures['test_roc_auc']:.3f} "
             f"| {'not reached' if reached is None else f'{reached:.0f}'} "
             f"| {figures['samples_per_second'] / base:.2f}x |"
@@ -575,9 +566,8 @@ def lightning_report(comparison, results, batch_size, target=0.90):
     if tutorial and ours:
         lines += [
             "",
-            f"The tutorial's loop (table above, 1 process x all cores) ran "
-            f"{tutorial['samples_per_second']:.1f}"
-            f" samples/s: partorch on {procs} processes runs "
+            "The tutorial's loop (table above, 1 process x all cores) ran "
+            f"{tutorial['samples_per_second']:.1f} samples/s: partorch on {procs} processes runs "
             f"{ours['samples_per_second'] / tutorial['samples_per_second']:.1f}x that.",
         ]
     return "\n".join(lines) + "\n"

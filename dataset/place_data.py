@@ -1,10 +1,9 @@
 """Place a MoleculeNet data set in this folder as NAME.csv, verified by checksum,
 and print the training command with the columns it needs.
 
-    python dataset/place_data.py HIV                           # download from the MoleculeNet
-mirror
-    python dataset/place_data.py HIV --from /path/to/HIV.csv   # copy a local file instead
-    python dataset/place_data.py SIDER --url URL               # download from another address
+    python dataset/place_data.py HIV                          # download from the MoleculeNet mirror
+    python dataset/place_data.py HIV --from /path/to/HIV.csv  # copy a local file instead
+    python dataset/place_data.py SIDER --url URL              # download from another address
 
 The checksum is taken of the file as fetched, before any decompression (the
 mirror serves SIDER gzipped), and must be one this script knows for NAME: the
@@ -187,8 +186,8 @@ def decompress(source, packed, target):
             shutil.copyfileobj(inside, out)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         fail(
-            f"{source}: its checksum matches, but it does not decompress as gzip ({exc}); nothing "
-            f"placed"
+            f"{source}: its checksum matches, but it does not decompress as gzip ({exc}); "
+            "nothing placed"
         )
 
 
@@ -286,8 +285,7 @@ def place(name, source, is_url, destination, force=False):
         ):  # perhaps edited by hand: never lost silently
             fail(
                 f"{shown(destination)} exists and is not a known copy of {name}; move it away, or "
-                f"pass --force "
-                "to replace it; nothing placed"
+                "pass --force to replace it; nothing placed"
             )
         with open(placed, "rb+") as f:
             os.fsync(f.fileno())  # the bytes are on disk before the name points at them

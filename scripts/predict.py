@@ -2,10 +2,10 @@
 
     python scripts/predict.py runs/ddp/version_0 dataset/BBBP.csv > predictions.csv
     echo 'CCO' | python scripts/predict.py runs/ddp/version_0 -
-    python scripts/predict.py runs/ddp/version_0 molecules.csv --smiles-column SMILES --output
-out.csv
-    python scripts/predict.py runs/seed_1 runs/seed_2 runs/seed_3 molecules.csv   # an ensemble: the
-mean
+    python scripts/predict.py runs/ddp/version_0 molecules.csv \
+        --smiles-column SMILES --output out.csv
+    # an ensemble: the mean
+    python scripts/predict.py runs/seed_1 runs/seed_2 runs/seed_3 molecules.csv
 
 MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
 task.json, tokenizer.json). Each task's column is named after the label

@@ -55,22 +55,19 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
     assert (
         "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the "
-        "default "
-        "network's mean (seeds 1, 2)" in doc.read_text()
+        "default network's mean (seeds 1, 2)" in doc.read_text()
     )
     assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
     # the default is chosen by dev, whatever test says, with its cost beside it
     assert (
         "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a "
-        "run, the "
-        "defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag." in doc.read_text()
+        "run, the defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag."
+        in doc.read_text()
     )
     assert (
         "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 "
-        "min a run, "
-        "the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a candidate "
-        "for the "
-        "default." in doc.read_text()
+        "min a run, the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a "
+        "candidate for the default." in doc.read_text()
     )
 
     # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
@@ -204,8 +201,7 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     )
 
     # each seed's predictions are kept beside the ledger: the ensemble is scored again from them
-    # alone,
-    # with the run folders and the data gone (seeds run on different machines)
+    # alone, with the run folders and the data gone (seeds run on different machines)
     kept = [
         tmp_path / "ledger_predictions" / SCAFFOLD / "network_canonical" / f"seed_{seed}.json.gz"
         for seed in (1, 2)
@@ -287,8 +283,8 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
     partial = run_script([REPORT, *flags], timeout=60)
     assert partial.returncode == 0, partial.stderr[-2000:]
     assert (
-        f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: no predictions kept for "
-        f"seed 2 " in partial.stdout
+        f"{SCAFFOLD}/network_canonical/ensemble_of_seeds_1-2: not scored: "
+        "no predictions kept for seed 2 " in partial.stdout
     )
     assert "network, ensemble of" not in doc.read_text()
 
@@ -296,9 +292,8 @@ def test_the_report_scores_the_ensemble_of_seeds_where_the_split_does_not_depend
 @pytest.mark.timeout(120)
 def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledger(tmp_path):
     """docs/accuracy.md's figures come from the ledger by its own command, not from a hand edit: the
-    command
-    named in its first lines, run with --write-only on a copy of the ledger, writes the same text
-    again."""
+    command named in its first lines, run with --write-only on a copy of the ledger, writes the same
+    text again."""
     committed = (ROOT / "docs" / "accuracy.md").read_text()
     command = (
         committed.split("Written by `python benchmarks/accuracy.py", 1)[1].split("`", 1)[0].split()

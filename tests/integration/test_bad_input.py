@@ -203,9 +203,8 @@ def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     first = [e for e in errors if "earlier attempt" not in e]
     assert len(first) == 2 and all("no column 'p_np'" in e for e in first), result.stderr[-3000:]
     # torchrun restarts anyway (it cannot be told not to); each of its 3 restarts stops before
-    # reading the
-    # data (every rank says so, but torchrun may stop a rank before it has: at least one line a
-    # restart)
+    # reading the data (every rank says so, but torchrun may stop a rank before it has: at least one
+    # line a restart)
     again = [e for e in errors if e not in first]
     assert len(again) >= 3 and all(
         "no column 'p_np'" in e and "stopped on this" in e for e in again

@@ -81,8 +81,8 @@ def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subs
     """--lightning: Lightning's DDP and partorch's DDP script, whole epochs each, in one report."""
     if importlib.util.find_spec("lightning") is None:
         pytest.skip(
-            "PyTorch Lightning is not installed (the optional bench extra: pip install -e "
-            "'.[bench]')"
+            "PyTorch Lightning is not installed "
+            "(the optional bench extra: pip install -e '.[bench]')"
         )
     out = tmp_path / "docs"
     result = run_script(
@@ -136,10 +136,9 @@ def test_a_failed_job_stops_the_benchmark_once_with_both_ends_of_its_log(tmp_pat
     benchmark = load_benchmark_module()
     counter = tmp_path / "attempts"
     code = (
-        f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); p.write_text(p.read_text() + "
-        f"'x' if p.exists() "
-        "else 'x'); sys.stderr.write('worker line\\n' + 'filler\\n' * 1000 + '  exitcode  : -6 "
-        "(pid: 1)\\n'); "
+        f"import pathlib, sys; p = pathlib.Path({str(counter)!r}); "
+        "p.write_text(p.read_text() + 'x' if p.exists() else 'x'); "
+        "sys.stderr.write('worker line\\n' + 'filler\\n' * 1000 + '  exitcode  : -6 (pid: 1)\\n'); "
         "sys.exit(1)"
     )
     with pytest.raises(SystemExit, match="benchmark job failed") as failure:

@@ -74,10 +74,8 @@ def test_a_frozen_rank0_is_still_noticed_within_the_timeout(tmp_path, bbbp_subse
         rank0 = int(marker.read_text())
         os.kill(rank0, signal.SIGSTOP)  # alive to the kernel, silent to its peers
         # After the 5 s timeout (and a margin) it may go on: had rank 1 kept waiting, the job would
-        # now
-        # finish and pass; a job that noticed has already stopped it (and torchrun need not wait 30
-        # s to
-        # kill a frozen process).
+        # now finish and pass; a job that noticed has already stopped it (and torchrun need not wait
+        # 30 s to kill a frozen process).
         time.sleep(5 + 6)
         os.kill(rank0, signal.SIGCONT)
         _, stderr = job.communicate(timeout=90)

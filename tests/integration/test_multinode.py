@@ -109,8 +109,7 @@ def test_a_worker_killed_on_one_node_restarts_the_job_on_both(tmp_path, bbbp_sub
         assert [len(w) for w in workers] == [1, 1]
         # The first node's worker is frozen (as if busy scoring dev) while the second node's dies
         # mid-epoch, so the first node's agent sees the other node rejoin and restarts its worker as
-        # a
-        # membership change: a restart its TORCHELASTIC_RESTART_COUNT does not count.
+        # a membership change: a restart its TORCHELASTIC_RESTART_COUNT does not count.
         os.kill(int(workers[0][0]), signal.SIGSTOP)
         os.kill(int(workers[1][0]), signal.SIGKILL)
         time.sleep(5)

@@ -1,6 +1,5 @@
 """The accuracy report's verdict: who wins, by how much, and when one side is a single figure; and
-the
-summary's pick of a network by dev scores alone."""
+the summary's pick of a network by dev scores alone."""
 
 import importlib.util
 
