@@ -57,17 +57,17 @@ def build_parser():
     groups = map(parser.add_argument_group, ("data", "model", "training", "distributed", "output"))
     data, model, training, distributed, output = groups
     add_data_and_model_flags(data, model)
-    positive_int, add = FlagParser.positive(int), training.add_argument
+    positive_int, count, add = FlagParser.positive(int), FlagParser.count, training.add_argument
     add("--epochs", type=positive_int, default=30, help="maximum epochs")
-    add("--patience", type=int, default=10, help="epochs without a better dev score; 0: no limit")
+    add("--patience", type=count, default=10, help="epochs without a better dev score; 0: no limit")
     add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
     add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
-    add("--weight-decay", type=float, default=1e-4, help="AdamW weight decay")
+    add("--weight-decay", type=FlagParser.non_negative(float), default=1e-4, help="AdamW decay")
     add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
     add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
-    add("--random-seed", "--seed", dest="seed", type=int, default=1729, help="seed of it all")
+    add("--random-seed", "--seed", dest="seed", type=count, default=1729, help="seed of it all")
     add("--sampler", choices=["bucket", "random"], default="bucket", help="batches by length")
-    add("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    add("--num-workers", type=count, default=0, help="DataLoader worker processes")
     add("--threads", type=positive_int, help="CPU threads (default: cores / local processes)")
     distributed = distributed.add_argument
     distributed("--dist-timeout", type=positive_int, default=300, help="unused: no peers here")
@@ -154,6 +154,7 @@ def train(args, device):
         row, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
                                            device, args.quiet or not master_process)
         row["epoch"] = epoch
+        state.stop_if_diverged(row)  # NaN loss: scoring or going on would be no use
         scores = [score(model, scored, task, device, data.tta) if master_process else None]
         row.update(scores[0])
         if master_process:

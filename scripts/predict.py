@@ -21,68 +21,111 @@ others are still predicted.
 
 import argparse
 import csv
+import io
+import os
+from pathlib import Path
 import sys
 
 import numpy as np
-import pandas as pd
 import torch
 
-from partorch import PartorchError, RNNPredictor, load_model_dir, predict_smiles, run_main
+from partorch import (
+    FlagParser,
+    PartorchError,
+    RNNPredictor,
+    load_model_dir,
+    predict_smiles,
+    run_main,
+)
+from partorch.ddp.checkpoint import atomic_write_text
+from partorch.molecules.table import read_frame
 from partorch.molecules.tasks import task_from_dict
 from partorch.molecules.tokenizer import tokenizer_from_dict
 
 
 def build_model(descriptions):
     """The model a training script's build_model made, from its saved arguments."""
-    if "hparams" not in descriptions or "model" not in descriptions["hparams"]:
+    missing = [f"{n}.json" for n in ("hparams", "task", "tokenizer") if n not in descriptions]
+    if missing or "model" not in descriptions["hparams"]:
         raise PartorchError(
-            "not a training run's output folder: hparams.json with the model's arguments is missing"
+            f"not a training run's folder ({', '.join(missing or ['hparams.json'])} missing: the "
+            "model's arguments, its task and its vocabulary are all needed)"
         )
-    return RNNPredictor(**descriptions["hparams"]["model"])
+    try:
+        return RNNPredictor(**descriptions["hparams"]["model"])
+    except TypeError:  # arguments of another constructor: the fingerprint example's, say
+        raise PartorchError(
+            "its model is not the SMILES network this script rebuilds (hparams.json's model "
+            f"arguments are {sorted(descriptions['hparams']['model'])})"
+        ) from None
 
 
 def read_smiles(source, column):
     if source == "-":
         return [line.strip() for line in sys.stdin], "line", 1
-    try:
-        frame = pd.read_csv(source, dtype=str, keep_default_na=False)
-    except (OSError, ValueError) as exc:
-        raise PartorchError(f"{source}: cannot read as CSV ({str(exc).splitlines()[0]})") from None
+    frame = read_frame(source)  # the training reader: a trailing comma shifts no column
     if column not in frame.columns:
         raise PartorchError(
             f"{source}: no column {column!r}; the columns are {list(frame.columns)}"
         )
-    return frame[column].str.strip().tolist(), "row", 2  # row numbers as an editor shows them
+    return frame[column].fillna("").str.strip().tolist(), "row", 2  # rows as an editor shows them
 
 
-def predict_with(model_dir, smiles, device, batch_size):
-    """(task, predictions, failures) of one trained model for `smiles`."""
+def check_output(path):
+    """Before any work: the predictions must have a file to go to."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise PartorchError(f"--output {path}: is a folder; name a file to write")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise PartorchError(f"--output {path}: cannot write in {path.parent}")
+
+
+def load_model(model_dir, device):
+    """(model, task, tokenizer, SMILES form) of one training run's folder."""
     model, descriptions = load_model_dir(model_dir, build_model, device)
     task, tokenizer = (
         task_from_dict(descriptions["task"]),
         tokenizer_from_dict(descriptions["tokenizer"]),
     )
     # the form the model was trained on; a model from before canonical SMILES read raw strings
-    form = descriptions["hparams"].get("smiles_form", "raw")
-    outputs, failures = predict_smiles(
-        model, tokenizer, smiles, device, batch_size, smiles_form=form
-    )
-    return task, task.predictions(outputs), failures
+    return model, task, tokenizer, descriptions["hparams"].get("smiles_form", "raw")
+
+
+def load_models(model_dirs, device):
+    """Every model, checked to predict the same tasks, before any SMILES is read."""
+    models = [load_model(model_dir, device) for model_dir in model_dirs]
+    first = models[0][1]
+    for model_dir, (_, task, _, _) in zip(model_dirs, models):
+        if (task.kind, task.columns) != (first.kind, first.columns):
+            raise PartorchError(
+                f"{model_dir} predicts {task.kind} of {task.columns}, {model_dirs[0]} "
+                f"{first.kind} of {first.columns}: an ensemble needs the same tasks"
+            )
+    return models
+
+
+def as_csv(column, smiles, task, mean):
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow([column, *task.columns])
+    for s, row in zip(smiles, mean):  # ROC AUC needs no ties made here: 10 digits
+        writer.writerow([s, *("" if p != p else f"{p:.10g}" for p in row)])
+    return text.getvalue()
 
 
 def main(args):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    check_output(args.output)
+    models = load_models(args.model_dir, device)
     smiles, unit, first = read_smiles(args.input, args.smiles_column)
-    tasks, predictions, failed = [], [], {}
-    for model_dir in args.model_dir:
-        task, predicted, failures = predict_with(model_dir, smiles, device, args.batch_size)
-        if tasks and (task.kind, task.columns) != (tasks[0].kind, tasks[0].columns):
-            raise PartorchError(
-                f"{model_dir} predicts {task.kind} of {task.columns}, {args.model_dir[0]} "
-                f"{tasks[0].kind} of {tasks[0].columns}: an ensemble needs the same tasks"
-            )
-        tasks.append(task)
-        predictions.append(predicted)
+    predictions, failed = [], {}
+    for model, task, tokenizer, form in models:
+        outputs, failures = predict_smiles(
+            model, tokenizer, smiles, device, args.batch_size, smiles_form=form
+        )
+        predictions.append(task.predictions(outputs))
         for position, message in failures:
             failed.setdefault(position, message)
     for position, message in sorted(failed.items()):
@@ -91,15 +134,11 @@ def main(args):
             file=sys.stderr,
         )
     mean = np.mean(predictions, axis=0)  # NaN, an empty cell, where any model could not predict
-    out = open(args.output, "w", newline="") if args.output else sys.stdout
-    writer = csv.writer(out)
-    writer.writerow([args.smiles_column, *tasks[0].columns])
-    for s, row in zip(smiles, mean):
-        writer.writerow(
-            [s, *("" if p != p else f"{p:.10g}" for p in row)]
-        )  # ROC AUC needs no ties made here
-    if args.output:
-        out.close()
+    text = as_csv(args.smiles_column, smiles, models[0][1], mean)
+    if args.output:  # whole or not at all: an earlier file of that name survives a failure
+        atomic_write_text(text, args.output)
+    else:
+        sys.stdout.write(text)
 
 
 if __name__ == "__main__":
@@ -116,6 +155,8 @@ if __name__ == "__main__":
     )
     parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
     parser.add_argument("--output", help="write here instead of stdout")
-    parser.add_argument("--batch-size", type=int, default=256, help="(default: %(default)s)")
+    parser.add_argument(
+        "--batch-size", type=FlagParser.positive(int), default=256, help="(default: %(default)s)"
+    )
     parser.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     run_main(main, parser)

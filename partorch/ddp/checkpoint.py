@@ -33,6 +33,10 @@ class CheckpointError(PartorchError):
     pass
 
 
+class DivergedError(PartorchError):
+    pass
+
+
 def _atomic(path, write):
     """Write to a temporary file beside `path`, fsync, rename it over `path`
     and fsync the folder, so a crash leaves either the old file or the new
@@ -84,6 +88,10 @@ def _fsync_folder(folder):
 
 def atomic_torch_save(obj, path):
     _atomic(path, lambda f: torch.save(obj, f))
+
+
+def atomic_write_text(text, path):
+    _atomic(path, lambda f: f.write(text.encode()))
 
 
 def atomic_write_json(obj, path):
@@ -168,13 +176,18 @@ def load_model_dir(directory, build_model, device="cpu"):
     `descriptions` maps each JSON file's stem ("hparams", "task", ...) to
     its content."""
     directory = Path(directory)
+    if not (directory / MODEL_FILE).is_file():
+        raise CheckpointError(f"{directory}: not a saved model folder (it has no {MODEL_FILE})")
     descriptions = {}
     for path in sorted(directory.glob("*.json")):
         try:
             descriptions[path.stem] = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: cannot read ({exc})") from None
-    model = build_model(descriptions)
+    try:
+        model = build_model(descriptions)
+    except PartorchError as exc:
+        raise CheckpointError(f"{directory}: {exc}") from None
     try:
         model.load_state_dict(load_state(directory / MODEL_FILE))
     except (RuntimeError, KeyError) as exc:
@@ -195,16 +208,29 @@ class TrainingState:
     best_score: float = -math.inf
     best_state: dict = field(default_factory=dict)  # copies of the best epoch's weights
     history: list = field(default_factory=list)  # one dict of figures per epoch
-    job: str = (
-        None  # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
-    )
-    seconds: float = (
-        0.0  # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
-    )
+    # the torchrun job training it now (distributed.torchrun_job_key): its restarts resume
+    job: str = None
+    # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
+    seconds: float = 0.0
+
+    def stop_if_diverged(self, row):
+        """Stop on a figure of the epoch `row` that is NaN or infinite: the weights have
+        diverged, and every later epoch would be as bad. Every rank holds the same figures
+        (summed over ranks, or sent by rank 0), so all stop here together; the error is bad
+        set-up, not a fault, so a torchrun restart will not train it again."""
+        bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
+        if bad:
+            shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+            raise DivergedError(
+                f"epoch {row['epoch']}: {shown}: training diverged (too high a --lr, now "
+                f"{row.get('lr', '?')}, or labels on a huge scale?); the last snapshot holds "
+                f"epoch {self.epoch}"
+            )
 
     def end_epoch(self, row, model, task, seconds):
         """Count the epoch whose figures are `row`; keep the weights when its dev score is
         the best; `seconds`: the run's wall clock so far, earlier attempts included."""
+        self.stop_if_diverged(row)  # an infinite dev loss must never become the best epoch
         self.history.append(row)
         self.seconds = seconds
         self.epoch = row["epoch"]

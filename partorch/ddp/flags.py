@@ -19,6 +19,20 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
         return super()._get_help_string(action)
 
 
+def _bounded(kind, holds, rule, adjective):
+    """An argparse type that parses `kind` and refuses values for which `holds` is false, naming
+    `rule` (argparse turns the ArgumentTypeError into one `error: argument --flag: ...` line)."""
+
+    def parse(text):
+        value = kind(text)
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+
+    parse.__name__ = f"{adjective} {kind.__name__}"
+    return parse
+
+
 class FlagParser(argparse.ArgumentParser):
     """An ArgumentParser for a training script whose docstring is its description."""
 
@@ -28,15 +42,17 @@ class FlagParser(argparse.ArgumentParser):
     @staticmethod
     def positive(kind):
         """An argparse type: `kind` (int or float), greater than 0."""
+        return _bounded(kind, lambda value: value > 0, "> 0", "positive")
 
-        def parse(text):
-            value = kind(text)
-            if value <= 0:
-                raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-            return value
+    @staticmethod
+    def non_negative(kind):
+        """An argparse type: `kind` (int or float), 0 or more."""
+        return _bounded(kind, lambda value: value >= 0, ">= 0", "non-negative")
 
-        parse.__name__ = f"positive {kind.__name__}"
-        return parse
+    @staticmethod
+    def count(text):
+        """An argparse type: an int, 0 or more (epochs of patience, worker processes...)."""
+        return FlagParser.non_negative(int)(text)
 
     @staticmethod
     def fraction(text):

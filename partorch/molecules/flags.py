@@ -36,7 +36,7 @@ def add_molecule_flags(data, model=None):
     )
     add(
         "--tta",
-        type=int,
+        type=FlagParser.count,
         default=0,
         metavar="K",
         help="score dev and test as the mean over the given SMILES and K random ones",

@@ -2,7 +2,9 @@
 numeric label columns. Every problem names the file, the column and the rows
 (numbered as a text editor shows them: the header is row 1)."""
 
+import csv
 from dataclasses import dataclass, replace
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -41,7 +43,15 @@ def read_frame(path):
     if _looks_binary(path):
         raise DataError(f"{path}: binary data, not a CSV text file")
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            # index_col=False: rows with one field more than the header (a trailing comma) would
+            # otherwise make the first column the index and shift every column left by one
+            return pd.read_csv(
+                path, dtype=str, keep_default_na=False, na_values=[""], index_col=False
+            )
+    except pd.errors.ParserWarning:
+        raise DataError(f"{path}: {_longer_rows(path)}") from None
     except FileNotFoundError:
         raise DataError(
             f"{path}: no such file (BBBP ships in dataset/; python dataset/place_data.py "
@@ -55,6 +65,18 @@ def read_frame(path):
         raise DataError(f"{path}: not a readable CSV file ({str(exc).splitlines()[0]})") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _longer_rows(path):
+    """Which rows hold more fields than the header: values pandas would drop without a word."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        lines = csv.reader(f)
+        width = len(next(lines))
+        longer = [lines.line_num for row in lines if len(row) > width]
+    return (
+        f"{len(longer)} rows hold more fields than the header's {width}, "
+        f"first rows {first_rows(longer)}"
+    )
 
 
 def resolve_columns(requested, columns, path):
@@ -83,15 +105,21 @@ def resolve_columns(requested, columns, path):
 def _parse_numbers(path, frame, columns, rows):
     values = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     given = frame[columns].notna().to_numpy()
-    bad = given & ~np.isfinite(values)
-    if bad.any():
-        cells = [(rows[r], columns[c], frame[columns].iat[r, c]) for r, c in zip(*np.nonzero(bad))]
-        shown = "; ".join(f"row {row}: {value!r}" for row, _, value in cells[:5])
-        raise DataError(
-            f"{path}: column {cells[0][1]!r} must hold numbers; {int(bad.sum())} cells do not, "
-            f"first: {shown}"
-        )
+    _refuse_cells(path, frame, columns, rows, given & ~np.isfinite(values), "must hold numbers")
+    # training runs in float32: a larger label would become infinity, and the loss with it
+    too_large = given & (np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max)
+    _refuse_cells(path, frame, columns, rows, too_large, "must hold numbers that fit float32")
     return values
+
+
+def _refuse_cells(path, frame, columns, rows, bad, rule):
+    if not bad.any():
+        return
+    cells = [(rows[r], columns[c], frame[columns].iat[r, c]) for r, c in zip(*np.nonzero(bad))]
+    shown = "; ".join(f"row {row}: {value!r}" for row, _, value in cells[:5])
+    raise DataError(
+        f"{path}: column {cells[0][1]!r} {rule}; {int(bad.sum())} cells do not, first: {shown}"
+    )
 
 
 def read_molecule_csv(

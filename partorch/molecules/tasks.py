@@ -263,10 +263,14 @@ MOSTLY_BINARY = 0.9
 def choose_task_kind(requested, table):
     """`requested` unless it is "auto": classification when every label is
     0 or 1, regression when the labels are other numbers. A column that is
-    almost all 0/1 is taken for a binary column with typos: an error."""
+    almost all 0/1 is taken for a binary column with typos, and a few whole
+    numbers (0/1/2) for classes: errors, never a silent regression."""
     if requested not in TASK_KINDS:
         raise DataError(f"unknown task {requested!r}: choose one of {', '.join(TASK_KINDS)}")
-    share = _binary_share(table.labels[~np.isnan(table.labels)])
+    labels = table.labels[~np.isnan(table.labels)]
+    share = _binary_share(labels)
+    if requested == "auto" and share < MOSTLY_BINARY:
+        _reject_class_numbers(table, labels)
     if requested == "regression" or (requested == "auto" and share < MOSTLY_BINARY):
         kind, why = "regression", "the labels are numbers other than 0 and 1"
     else:
@@ -280,6 +284,22 @@ def choose_task_kind(requested, table):
         why if requested == "auto" else f"--task {requested}",
     )
     return kind
+
+
+# Whole numbers with at most this many values look like classes, not like measurements.
+MAX_CLASS_NUMBERS = 10
+
+
+def _reject_class_numbers(table, labels):
+    """Labels such as 0/1/2 are classes: regressing on them would be a silent wrong result."""
+    values = np.unique(labels)
+    if len(values) <= MAX_CLASS_NUMBERS and np.all(values == np.round(values)):
+        shown = ", ".join(f"{v:g}" for v in values)
+        raise DataError(
+            f"{table.source}: the labels are the whole numbers {shown}: classes of a "
+            "multi-class task, which partorch does not train; pass --task regression if they "
+            "are measurements to predict"
+        )
 
 
 def _reject_non_binary(table):

@@ -90,6 +90,21 @@ CASES = {
         "only 4 molecules of class 1",
     ),
     "too few molecules": ("smiles,p_np\n" + _balanced_rows(10), [], "cannot split 10 molecules"),
+    "a row with more fields than the header": (
+        "smiles,p_np\n" + _balanced_rows(20) + "CC,1,x\n",
+        [],
+        "1 rows hold more fields than the header's 2, first rows 22",
+    ),
+    "class numbers 0/1/2 taken for regression": (
+        "smiles,p_np\n" + _balanced_rows(30, lambda i: i % 3),
+        [],
+        "the labels are the whole numbers 0, 1, 2: classes of a multi-class task",
+    ),
+    "a label beyond float32": (
+        "smiles,p_np\n" + _balanced_rows(20, lambda i: i / 7) + "CN,1e39\n",
+        ["--task", "regression"],
+        "column 'p_np' must hold numbers that fit float32; 1 cells do not, first: row 22: '1e39'",
+    ),
     "batch not divisible": (
         "smiles,p_np\n" + _balanced_rows(60),
         ["--batch-size", "33"],
@@ -130,6 +145,16 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
     assert (output / "metrics.json").read_text() == "from an earlier run"
 
 
+def test_a_trailing_comma_on_every_row_shifts_no_column(tmp_path):
+    from partorch.molecules.table import read_molecule_csv
+
+    path = tmp_path / "d.csv"
+    path.write_text("smiles,p_np\nCCO,1,\nCCN,0,\n")  # pandas alone: SMILES as index, p_np empty
+    table = read_molecule_csv(path, smiles_form="raw")
+    assert table.smiles == ["CCO", "CCN"]
+    assert table.labels[:, 0].tolist() == [1.0, 0.0]
+
+
 def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
     from partorch.molecules.table import read_molecule_csv
 
@@ -146,12 +171,24 @@ def test_conflicting_labels_and_dropped_rows_are_warnings(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "flags", [["--batch-size", "0"], ["--epochs", "-1"], ["--lr", "0"], ["--dropout", "1.5"]]
+    "flags, rule",
+    [
+        (["--batch-size", "0"], "must be > 0, got 0"),
+        (["--epochs", "-1"], "must be > 0, got -1"),
+        (["--lr", "0"], "must be > 0, got 0"),
+        (["--dropout", "1.5"], "must be in [0, 1), got 1.5"),
+        (["--patience", "-1"], "must be >= 0, got -1"),
+        (["--num-workers", "-1"], "must be >= 0, got -1"),
+        (["--tta", "-1"], "must be >= 0, got -1"),
+        (["--random-seed", "-3"], "must be >= 0, got -3"),
+        (["--weight-decay", "-0.1"], "must be >= 0, got -0.1"),
+    ],
 )
-def test_nonsense_flags_are_rejected_by_the_parser(flags, bbbp_subset):
+def test_nonsense_flags_are_rejected_by_the_parser(flags, rule, bbbp_subset):
     result = run_script([SINGLE, bbbp_subset, *flags], timeout=60)
     assert result.returncode == 2
-    assert "error: argument" in result.stderr and "Traceback" not in result.stderr
+    assert f"error: argument {flags[0]}: {rule}" in result.stderr, result.stderr[-500:]
+    assert "Traceback" not in result.stderr
 
 
 def test_validate_smiles_drops_the_rows_rdkit_cannot_parse(bbbp_path):
@@ -235,3 +272,32 @@ def test_bf16_on_a_cpu_without_bfloat16_lstm_kernels_is_one_line(tmp_path, bbbp_
             "--amp bf16: this CPU has no bfloat16 LSTM kernels" in e for e in errors
         )
         assert not our_traceback(result.stderr)
+
+
+@pytest.mark.timeout(150)
+def test_a_diverged_run_stops_every_rank_once_and_keeps_its_last_snapshot(tmp_path, bbbp_subset):
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=1",
+        FAULT_TOLERANT,
+        bbbp_subset,
+        "--output-dir",
+        out,
+        *FAST_FLAGS,
+        "--lr",
+        "1e20",  # the weights overflow within the first epoch: the loss is NaN
+    ]
+    result = run_command(command, timeout=140, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert result.returncode != 0
+    errors = error_lines(result.stderr)
+    first = [e for e in errors if "earlier attempt" not in e]
+    assert len(first) == 2, result.stderr[-3000:]
+    assert all("epoch 1: train_loss nan: training diverged" in e for e in first), first
+    assert all("stopped on this" in e for e in errors if e not in first)  # no second training
+    assert not our_traceback(result.stderr)
+    assert not (out / "metrics.json").exists() and not (out / "checkpoints").exists()

@@ -211,17 +211,19 @@ def test_unwritable_output_folder_is_reported_before_training(tmp_path, bbbp_sub
     assert "epoch 1" not in result.stderr
 
 
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, bbbp_subset):
+    out = tmp_path_factory.mktemp("trained") / "run"
+    flags = ["--output-dir", out, "--tokenizer", "bytes", *FAST_FLAGS]
+    assert run_script([SINGLE, bbbp_subset, *flags]).returncode == 0
+    return out
+
+
 @pytest.mark.timeout(200)
-def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
+def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, trained_run, bbbp_subset):
     from rdkit import Chem
 
-    out = tmp_path / "run"
-    assert (
-        run_script(
-            [SINGLE, bbbp_subset, "--output-dir", out, "--tokenizer", "bytes", *FAST_FLAGS]
-        ).returncode
-        == 0
-    )
+    out = trained_run
     molecules = pd.read_csv(bbbp_subset).head(40)
     molecules.loc[5, "smiles"] = "CCé"  # not a molecule
     molecules.loc[6, "smiles"], molecules.loc[7, "smiles"] = (
@@ -268,6 +270,46 @@ def test_predict_matches_the_model_and_reports_bad_rows(tmp_path, bbbp_subset):
     assert failures == [(0, "RDKit cannot parse 'C1CC'")] and outputs[1, 0] == pytest.approx(
         np.log(predicted["p_np"][7] / (1 - predicted["p_np"][7])), abs=1e-4
     )  # phenol's logit, as predict.py gave
+
+
+@pytest.mark.timeout(200)
+def test_predict_checks_its_folders_and_output_before_any_work(tmp_path, trained_run):
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text("smiles,p_np\nCCO,1,\nc1ccccc1,0,\n")  # pandas alone: SMILES as index
+    read = run_script([SCRIPTS / "predict.py", trained_run, trailing])
+    assert read.returncode == 0, read.stderr
+    assert [line.split(",")[0] for line in read.stdout.splitlines()] == [
+        "smiles",
+        "CCO",
+        "c1ccccc1",
+    ]
+
+    not_a_run = tmp_path / "logs_only"
+    not_a_run.mkdir()
+    (not_a_run / "metrics.json").write_text("{}")
+    other_model = tmp_path / "fingerprint_run"
+    other_model.mkdir()
+    for path in trained_run.iterdir():
+        if path.is_file():
+            (other_model / path.name).write_bytes(path.read_bytes())
+    hparams = json.loads((other_model / "hparams.json").read_text())
+    hparams["model"] = {"fingerprint_bits": 2048, "hidden": 256}
+    (other_model / "hparams.json").write_text(json.dumps(hparams))
+    kept = tmp_path / "kept.csv"
+    kept.write_text("an earlier file\n")
+    expected = {
+        not_a_run: f"error: {not_a_run}: not a saved model folder (it has no best_model.pt)",
+        other_model: f"error: {other_model}: its model is not the SMILES network this script "
+        "rebuilds (hparams.json's model arguments are ['fingerprint_bits', 'hidden'])",
+    }
+    for folder, line in expected.items():
+        result = run_script([SCRIPTS / "predict.py", folder, trailing, "--output", kept])
+        assert result.returncode == 2 and error_lines(result.stderr) == [line], result.stderr
+        assert kept.read_text() == "an earlier file\n"
+    to_folder = run_script([SCRIPTS / "predict.py", trained_run, trailing, "--output", tmp_path])
+    assert error_lines(to_folder.stderr) == [
+        f"error: --output {tmp_path}: is a folder; name a file to write"
+    ]
 
 
 @pytest.mark.timeout(300)
