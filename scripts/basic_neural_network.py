@@ -133,7 +133,7 @@ def train(args, device):
     loaders = {name: get_dataloader(split, batch_size=args.batch_size)
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, resume=args.resume)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

@@ -164,7 +164,7 @@ def train(args, device):
     loaders = {name: get_ddp_dataloader(split, rank=0, world_size=1, batch_size=args.batch_size)
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, resume=args.resume)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()

@@ -182,7 +182,7 @@ def train(args, device):
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
     # FT 3: a stale copy of the file on one node would otherwise train without a word
     assert_same_on_all_ranks(data.digests)
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, resume=args.resume)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()

@@ -49,10 +49,10 @@ def rendezvous(timeout):
     global _job, _store
     if "WORLD_SIZE" not in os.environ:
         return dict(store=dist.HashStore(), rank=0, world_size=1)
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-    # --rdzv-id (or the one --standalone draws) names the job on every node
-    _job = f"rdzv:{run_id}" if run_id != "none" else None
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+        # no store that outlives an attempt: --rdzv-id is the best name the job has
+        _job = f"rdzv:{run_id}" if run_id != "none" else None
         return {}  # torch's env:// then starts a new store for every attempt: no stale keys
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = _store = dist.TCPStore(
@@ -63,9 +63,9 @@ def rendezvous(timeout):
             f"{store.get(FAILED_KEY).decode()} (an earlier attempt of this torchrun job stopped "
             "on this; its restarts stop at once)"
         )
-    # a fixed --master-port: the first worker leaves a name in the store, which lives with the job
-    if _job is None:
-        _job = "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
+    # the first worker leaves a name in the store, which lives exactly as long as the job: its
+    # restarts read the same name, a new job that reuses an --rdzv-id draws a new one
+    _job = "store:" + store.compare_set("partorch/job", "", uuid.uuid4().hex).decode()
     attempt = _agree_on_attempt(store, rank, world_size, timeout)
     return dict(
         store=dist.PrefixStore(f"partorch/attempt{attempt}", store),
@@ -93,8 +93,8 @@ def remember_failure(error):
 def torchrun_job_key():
     """A name of this torchrun job, the same on every node and after every
     restart; None outside torchrun. Snapshots and run folders carry it, so
-    a restarted job finds and resumes its own, and a new job never does
-    (reuse an --rdzv-id and it is the same job to torchrun and to us)."""
+    a restarted job finds and resumes its own, and a new job never does,
+    even one that reuses an --rdzv-id (it gets a new store, so a new name)."""
     return _job
 
 

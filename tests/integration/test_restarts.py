@@ -15,6 +15,7 @@ from helpers import (
     SINGLE,
     error_lines,
     free_port,
+    run_command,
     run_script,
     with_flag,
 )
@@ -127,6 +128,97 @@ def test_a_new_run_in_a_folder_holding_an_earlier_one_is_refused_not_mixed(tmp_p
             (out / "metrics.json").read_bytes(),
             (out / "checkpoints" / "last.pt").read_bytes(),
         ) == before
+    # a finished model whose snapshots were deleted (or that was copied without them) is
+    # still a run: refused before anything is written, no log and no event file added
+    for snapshot in (out / "checkpoints").iterdir():
+        snapshot.unlink()
+    before = _contents(out)
+    again = run_script([SINGLE, bbbp_subset, "--output-dir", out, *_flags(1)])
+    assert error_lines(again.stderr) == [
+        f"error: {out} holds an earlier run (a finished model): continue it with --resume, or "
+        "choose another --output-dir"
+    ]
+    assert _contents(out) == before
+
+
+def _contents(folder):
+    """Every file under `folder` with its bytes and modification time."""
+    return {
+        p.relative_to(folder): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.timeout(300)
+def test_two_jobs_never_write_one_folder_and_a_dead_job_s_lock_is_no_obstacle(
+    tmp_path, bbbp_subset
+):
+    out, marker = tmp_path / "run", tmp_path / "evaluating"
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "SLOW_EVALUATION_SECONDS": "8",
+        "SLOW_EVALUATION_MARKER": str(marker),
+    }
+    slow = ROOT / "tests" / "integration" / "slow_evaluation.py"
+    first = subprocess.Popen(
+        [sys.executable, slow, SINGLE, bbbp_subset, "--output-dir", out, *_flags(3)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), "the first job never reached its evaluation"
+        second = run_script([SINGLE, bbbp_subset, "--output-dir", out, "--resume", *_flags(3)])
+        errors = error_lines(second.stderr)
+        assert len(errors) == 1 and f"{out} is in use by another job (pid {first.pid}" in errors[0]
+        snapshot = out / "checkpoints" / "last.pt"
+        while not snapshot.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None, "the first job ended before it could be killed"
+    finally:
+        first.kill()  # SIGKILL: its lock file stays behind, but the kernel has let go of the lock
+        first.communicate()
+    assert (out / ".lock").exists()
+    resumed = run_script([SINGLE, bbbp_subset, "--output-dir", out, "--resume", *_flags(2)])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((out / "metrics.json").read_text())["epochs_completed"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_new_job_that_reuses_an_rdzv_id_does_not_continue_the_old_one(tmp_path, bbbp_subset):
+    out = tmp_path / "run"
+
+    def job(epochs):
+        launch = [
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--nproc-per-node=2",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            "--rdzv-id=nightly",  # the same id, as a job script run every night would give
+        ]
+        return run_command(
+            [sys.executable, *launch, DDP, bbbp_subset, "--output-dir", out, *_flags(epochs)],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    assert job(1).returncode == 0
+    for finished in ("metrics.json", "best_model.pt"):  # as if it had died after its snapshot
+        (out / finished).unlink()
+    snapshot = (out / "checkpoints" / "last.pt").read_bytes()
+    again = job(2)
+    errors = error_lines(again.stderr)
+    assert again.returncode != 0 and len(errors) == 2, again.stderr[-2000:]
+    assert all("holds an earlier run" in e and "--resume" in e for e in errors)
+    assert (out / "checkpoints" / "last.pt").read_bytes() == snapshot
 
 
 @pytest.mark.timeout(400)

@@ -81,9 +81,12 @@ def test_a_restart_keeps_the_jobs_name_and_gets_a_new_attempt(monkeypatch):
     assert job.startswith("store:") and distributed.torchrun_job_key() == job
     first["store"].set("k", "1")
     assert not second["store"].check(["k"])  # each attempt its own keys
-    monkeypatch.setenv(
-        "TORCHELASTIC_RUN_ID", "job-7"
-    )  # --rdzv-id, or --standalone's own: every node knows it
+    # --rdzv-id names a job to torchrun, but a new job may reuse it: the store's name wins
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")
+    distributed.rendezvous(TIMEOUT)
+    assert distributed.torchrun_job_key() == job
+    # a launcher without torchrun's agent store: the --rdzv-id is all there is
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")
     distributed.rendezvous(TIMEOUT)
     assert distributed.torchrun_job_key() == "rdzv:job-7"
 
