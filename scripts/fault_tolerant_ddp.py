@@ -32,6 +32,7 @@ from partorch import setup_logging, write_report
 from partorch import rendezvous  # DDP 1
 from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
 from partorch.ddp.distributed import remember_failure  # FT 1
+from partorch.ddp.flags import flag_values  # FT 3
 from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 1
 
 DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
@@ -39,6 +40,7 @@ DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
 RUN_ONLY |= {"distributed_eval"}  # FT 6
+PER_NODE = {"dataset", "output_dir", "threads", "num_workers"}  # FT 3: may differ between nodes
 
 # ============================ ADAPT: your data, model and task ============================
 from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
@@ -164,6 +166,8 @@ def train(args, device):
     master_process = rank == 0  # it alone prints, evaluates and writes files
     log = setup_logging(rank, args.quiet)  # rank 0 on the console, each rank to its file
     set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), args.threads)  # DDP 1: per host
+    # FT 3: a node started with other flags (an older job script) would drift apart or hang
+    assert_same_on_all_ranks(flag_values(args, ignore=PER_NODE))
     torch.manual_seed(args.seed)  # the same initial weights everywhere
     data = build_data(args)  # the same on every rank: same file, flags and seed
     task = data.task

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .distributed import is_restart_of, torchrun_job_key
-from .errors import PartorchError
+from .errors import PartorchError, UnexpectedError
 from .logs import log
 
 MODEL_FILE = "best_model.pt"
@@ -154,6 +154,8 @@ def load_state(path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
+    except (OSError, MemoryError) as exc:  # the disk or the node, not the file: a retry may pass
+        raise UnexpectedError(f"{path}: cannot read now ({type(exc).__name__}: {exc})") from None
     except Exception as exc:  # torch raises many kinds for a damaged file
         raise CheckpointError(
             f"{path}: corrupt or not a partorch checkpoint ({type(exc).__name__})"

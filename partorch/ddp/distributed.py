@@ -196,16 +196,18 @@ def check_on_all_ranks(work):
 def assert_same_on_all_ranks(named_digests):
     """Stop every rank if any rank computed a different digest.
 
-    `named_digests` maps a name ("molecules", "split") to a digest. Ranks
-    that disagree would train on different data or embed tokens differently
-    without any error, so this runs once at start-up.
+    `named_digests` maps a name ("molecules", "split", "flag --lr") to a
+    digest or a short value. Ranks that disagree would train on different
+    data, embed tokens differently or drift apart without any error, so
+    this runs once at start-up.
     """
     everyone = all_gather_object(named_digests)
     for name in named_digests:
         values = [d[name] for d in everyone]
         if len(set(values)) > 1:
             groups = {v: [r for r, x in enumerate(values) if x == v] for v in values}
-            detail = "; ".join(f"ranks {ranks}: {v[:12]}" for v, ranks in groups.items())
+            shown = {v: v if len(v) <= 40 else v[:12] for v in groups}  # a flag, or a digest
+            detail = "; ".join(f"ranks {ranks}: {shown[v]}" for v, ranks in groups.items())
             raise DistributedError(
                 f"ranks disagree on the {name} ({detail}); "
                 "do all ranks read the same file with the same flags?"

@@ -76,3 +76,13 @@ class FlagParser(argparse.ArgumentParser):
         if getattr(parsed, "amp", None) == "fp16" and not torch.cuda.is_available():
             self.error("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
         return parsed
+
+
+def flag_values(args, ignore=()):
+    """{"flag --name": its value as text} for every flag of `args` but those
+    in `ignore` (dests): what the ranks of one job compare before training."""
+    return {
+        f"flag --{name.replace('_', '-')}": repr(value)
+        for name, value in sorted(vars(args).items())
+        if name not in ignore
+    }

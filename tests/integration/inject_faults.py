@@ -6,12 +6,14 @@ fault-injection suite (test_faults.py):
 POINT is where rank RANK meets the fault: `epoch` (the second optimizer
 step of training epoch EPOCH), `evaluation` (rank 0 scoring dev after epoch
 EPOCH), `snapshot` (halfway through writing epoch EPOCH's snapshot: half
-its bytes are in the temporary file) or `restart` (starting again after an
-earlier fault: between the job's attempts). ACTION is `kill` (SIGKILL) or
-`stop` (SIGSTOP: alive to the kernel, silent to its peers). Each fault
+its bytes are in the temporary file), `restart` (starting again after an
+earlier fault: between the job's attempts) or `read` (reading a snapshot, EPOCH
+ignored). ACTION is `kill` (SIGKILL), `stop` (SIGSTOP: alive to the kernel,
+silent to its peers) or, with `read`, `eio` (an I/O error, as a flaky disk gives). Each fault
 fires once per job: the first time, it leaves a file in FAULT_DIR.
 """
 
+import errno
 import io
 import os
 from pathlib import Path
@@ -96,6 +98,16 @@ def half_then_fault(obj, f, *args, **kwargs):
     return _save(obj, f, *args, **kwargs)
 
 
+_load = torch.load
+
+
+def load_or_fail(f, *args, **kwargs):
+    """Reading a snapshot (`read:0:eio`): the first read fails as a flaky disk would."""
+    if str(f).endswith("last.pt") and claim("read"):
+        raise OSError(errno.EIO, "Input/output error", str(f))
+    return _load(f, *args, **kwargs)
+
+
 if any(FIRED.iterdir()):
     meet("restart")
 for sampler in (
@@ -106,5 +118,6 @@ for sampler in (
 patch(torch.amp.GradScaler, "step", on_step)
 patch(partorch.ddp.evaluation, "predict", lambda *a, **k: meet("evaluation", now["epoch"]))
 torch.save = half_then_fault
+torch.load = load_or_fail
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")

@@ -9,6 +9,7 @@ from helpers import (
     ROOT,
     SINGLE,
     error_lines,
+    our_traceback,
     run_script,
     with_flag,
 )
@@ -17,6 +18,7 @@ import pytest
 import torch
 
 WORKER = ROOT / "tests" / "integration" / "ddp_worker.py"
+PER_RANK_FLAGS = ROOT / "tests" / "integration" / "per_rank_flags.py"
 # No dropout (the only randomness that differs between 1 and N processes), no early stop.
 PARITY_FLAGS = with_flag(with_flag(FAST_FLAGS, "--dropout", 0), "--patience", 0) + ["--lr", "0.01"]
 
@@ -196,3 +198,46 @@ def test_same_seed_gives_identical_metrics(tmp_path, bbbp_subset):
     assert runs[0] == runs[1]  # the same seed: the same run, dropout masks included
     first_rank, second_rank = runs[0]["dropout streams"]
     assert first_rank != second_rank  # seeded from (seed, rank): each rank draws its own masks
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flag, value", [("--lr", "0.01"), ("--epochs", "3")])
+def test_ranks_started_with_different_flags_stop_before_training(
+    tmp_path, bbbp_subset, flag, value
+):
+    out = tmp_path / "run"
+    result = run_script(
+        [PER_RANK_FLAGS, FAULT_TOLERANT, bbbp_subset, "--output-dir", out, *FAST_FLAGS],
+        nproc=2,
+        env={"RANK_1_FLAGS": f"{flag} {value}"},
+        timeout=100,
+    )
+    errors = error_lines(result.stderr)
+    assert result.returncode != 0 and len(errors) == 2, result.stderr[-2000:]
+    assert all(f"ranks disagree on the flag {flag} (ranks [0]: " in e for e in errors), errors
+    assert not our_traceback(result.stderr)
+    assert not out.exists()  # stopped before the output folder
+
+
+@pytest.mark.timeout(400)
+def test_resuming_on_another_number_of_ranks_continues_the_same_run(tmp_path, bbbp_subset):
+    """Two ranks for an epoch, then --resume on one process: the same global
+    batches, in the same order, to the same weights as two ranks throughout
+    (no dropout: the only stream that is per rank)."""
+    interrupted = tmp_path / "interrupted"
+    _train(DDP, bbbp_subset, interrupted, 2, "--epochs", "1")
+    result = run_script(
+        [DDP, bbbp_subset, "--output-dir", interrupted, "--resume", *PARITY_FLAGS],
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the snapshot was written by 2 ranks and this job has 1" in result.stderr
+    resumed = json.loads((interrupted / "metrics.json").read_text())
+    throughout = _train(DDP, bbbp_subset, tmp_path / "throughout", 2)
+    assert resumed["world_size"] == 1 and resumed["epochs_completed"] == 2
+    assert [h["train_loss"] for h in resumed["history"]] == pytest.approx(
+        [h["train_loss"] for h in throughout["history"]], abs=1e-5
+    )
+    reference = _last_weights(tmp_path / "throughout")
+    for name, value in _last_weights(interrupted).items():
+        assert torch.allclose(value, reference[name], atol=1e-5, rtol=0), name
