@@ -39,6 +39,7 @@ DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
+RUN_ONLY |= {"eval_timeout"}  # FT 4
 RUN_ONLY |= {"distributed_eval"}  # FT 6
 PER_NODE = {"dataset", "output_dir", "threads", "num_workers"}  # FT 3: may differ between nodes
 
@@ -88,6 +89,8 @@ def build_parser():
     distributed = distributed.add_argument
     distributed("--dist-timeout", type=positive_int, default=300, help="peer wait, s")  # DDP 1
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
+    distributed("--eval-timeout", type=positive_int, metavar="S",  # FT 4
+                help="most seconds rank 0 may score (default: --dist-timeout + 10 ms a molecule)")
     distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 6
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
@@ -133,10 +136,12 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
     return row, (totals[0] / totals[1]).tolist()
 
 
-def gathered(predictions):  # FT 6: --distributed-eval
-    """Every rank's (targets, outputs) share, concatenated, on every rank."""
+def gathered(predict_share):  # FT 6: --distributed-eval
+    """Every rank's (targets, outputs) share, concatenated, on every rank; a
+    rank whose share failed sends its failure instead, and all stop with it."""
     shares = [None] * dist.get_world_size()
-    dist.all_gather_object(shares, predictions)
+    dist.all_gather_object(shares, run_or_report(predict_share))
+    shares = [raise_if_failed(share) for share in shares]
     return tuple(np.concatenate([s[i] for s in shares if len(s[i])]) for i in (0, 1))
 
 
@@ -209,7 +214,11 @@ def train(args, device):
     assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
     # FT 4: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: a
     # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone
-    heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), enabled=not args.distributed_eval)
+    # with a ceiling, for a rank 0 alive but stuck, that grows with the molecules it scores
+    molecules_scored = sum(len(loader.dataset) for loader in scored.values()) * (1 + data.tta)
+    ceiling = args.eval_timeout or args.dist_timeout + 0.01 * molecules_scored
+    heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), timedelta(seconds=ceiling),
+                          enabled=not args.distributed_eval)
     gather = gathered if args.distributed_eval else None  # FT 6
     for epoch in range(state.epoch + 1, args.epochs + 1):
         if state.patience_ran_out(args.patience):
@@ -247,7 +256,7 @@ def train(args, device):
 
     model.load_state_dict(state.best_weights())
     if args.distributed_eval:  # FT 6: every rank scores its share of test
-        test = gathered(predict(model, loaders["test"], device, data.tta))
+        test = gathered(partial(predict, model, loaders["test"], device, data.tta))
     if master_process:
         run = dict(world_size=world_size, global_batch_size=args.batch_size, seed=args.seed,
                    per_rank_batch_size=args.batch_size // world_size, max_epochs=args.epochs,

@@ -221,19 +221,27 @@ class Heartbeat:
     the work outlasts --dist-timeout; instead rank 0 broadcasts "still
     working" every few seconds on a group of its own (gloo: CPU tensors even
     beside nccl) and "done" at the end, and each wait is bounded by the
-    timeout. `enabled=False` (every rank works, --distributed-eval): plain calls."""
+    timeout. A rank 0 alive but stuck beats for ever: after `ceiling` the
+    others stop (torchrun then stops rank 0). `enabled=False` (every rank
+    works, --distributed-eval): plain calls."""
 
-    def __init__(self, timeout, enabled=True):
+    def __init__(self, timeout, ceiling, enabled=True):
         self.group = dist.new_group(backend="gloo", timeout=timeout) if enabled else None
         self.interval = min(5.0, timeout.total_seconds() / 4)
+        self.ceiling = ceiling.total_seconds()
 
     def while_rank0_works(self, work):
         """work()'s result on rank 0 (also on the others when disabled), None on the others."""
         if self.group is None:
             return work()
         if dist.get_rank() != 0:
-            done = torch.zeros(1)
+            done, deadline = torch.zeros(1), time.monotonic() + self.ceiling
             while not done.item():
+                if time.monotonic() > deadline:
+                    raise UnexpectedError(
+                        f"rank 0 has been scoring for over {self.ceiling:.0f} s (--eval-timeout): "
+                        "stuck, or the split needs a larger --eval-timeout"
+                    )
                 dist.broadcast(done, src=0, group=self.group)
             return None
         finished = threading.Event()

@@ -46,32 +46,45 @@ def run_main(main, parser):
 
 
 class Failure(str):
-    """What went wrong on one rank, as a message another rank can re-raise."""
+    """What went wrong on one rank, as a message another rank can re-raise;
+    it names the rank."""
 
 
 class UnexpectedFailure(Failure):
     """A Failure that is no PartorchError (see UnexpectedError)."""
 
 
+class ReportedError(PartorchError):
+    """A Failure re-raised on a rank that received it: its words stay as they are."""
+
+
+class ReportedUnexpectedError(ReportedError, UnexpectedError):
+    pass
+
+
 def run_or_report(work):
-    """work()'s result, or a Failure saying why it raised: for work one rank
-    does while the others wait for its result in a collective, so that they
-    can stop with it instead of waiting until the collective times out."""
+    """work()'s result, or a Failure saying which rank failed and why: for
+    work whose result or failure goes to other ranks in a collective, so that
+    they can stop with it instead of waiting until the collective times out."""
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     try:
         return work()
+    except ReportedError as exc:  # a failure passed on from another rank: already named
+        return (UnexpectedFailure if isinstance(exc, UnexpectedError) else Failure)(str(exc))
     except PartorchError as exc:
-        return Failure(str(exc))
+        return Failure(f"rank {rank} failed: {exc}")
     except Exception as exc:  # a bug: its traceback goes to the log, its one line to every rank
         if is_peer_failure(exc):  # not this rank's fault, and perhaps passing: stays what it is
             raise
         logging.getLogger("partorch").exception("failed")
-        return UnexpectedFailure(f"{type(exc).__name__}: {exc}")
+        return UnexpectedFailure(f"rank {rank} failed: {type(exc).__name__}: {exc}")
 
 
 def raise_if_failed(result):
+    """`result`, unless it is a Failure: then raise it here, in the same words."""
     if isinstance(result, Failure):
-        kind = UnexpectedError if isinstance(result, UnexpectedFailure) else PartorchError
-        raise kind(f"rank 0 failed: {result}")
+        unexpected = isinstance(result, UnexpectedFailure)
+        raise (ReportedUnexpectedError if unexpected else ReportedError)(str(result))
     return result
 
 

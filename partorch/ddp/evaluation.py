@@ -2,14 +2,15 @@
 (test-time augmentation). No collectives here: which rank predicts what is
 the training script's business."""
 
+from functools import partial
+
 import numpy as np
 import torch
 
 from .errors import PartorchError
 
-TTA_EPOCH_OFFSET = (
-    10**6
-)  # the rewritten inputs' streams for test-time augmentation, apart from training epochs
+# the rewritten inputs' streams for test-time augmentation, apart from training epochs
+TTA_EPOCH_OFFSET = 10**6
 
 
 @torch.no_grad()
@@ -46,11 +47,11 @@ def _outputs(model, loader, device):
 def score(model, loaders, task, device, tta=0, gather=None):
     """The figures of each named split in `loaders` ({"dev": loader, ...}) for an
     epoch's row: `task.figures` of its metrics (loss, score, score per task).
-    `gather`, when each rank predicts a share, maps this rank's (targets,
-    outputs) to everyone's."""
+    `gather`, when each rank predicts a share, runs this rank's prediction
+    (a function of no arguments) and returns everyone's (targets, outputs)."""
     row = {}
     for name, loader in loaders.items():
-        predictions = predict(model, loader, device, tta)
-        predictions = gather(predictions) if gather else predictions
+        share = partial(predict, model, loader, device, tta)
+        predictions = gather(share) if gather else share()
         row.update(task.figures(name, task.metrics(*predictions)))
     return row

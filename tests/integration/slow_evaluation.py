@@ -2,8 +2,8 @@
 large dev split: `slow_evaluation.py SCRIPT ARGS...` with SLOW_EVALUATION_SECONDS
 set. Before each pass the process writes its pid to SLOW_EVALUATION_MARKER
 (when set), so a test can act on it while it evaluates. With EVALUATION_ERROR
-set, rank 0's passes fail with that message instead (a PartorchError), as bad
-input met by rank 0 alone would."""
+set, the passes of rank EVALUATION_ERROR_RANK (default 0) fail with that message
+instead (a PartorchError), as bad input met by one rank alone would."""
 
 import os
 from pathlib import Path
@@ -18,7 +18,8 @@ _predict = partorch.ddp.evaluation.predict
 
 
 def slow_predict(*args, **kwargs):
-    if os.environ.get("EVALUATION_ERROR") and os.environ.get("RANK", "0") == "0":
+    failing_rank = os.environ.get("EVALUATION_ERROR_RANK", "0")
+    if os.environ.get("EVALUATION_ERROR") and os.environ.get("RANK", "0") == failing_rank:
         raise partorch.ddp.errors.PartorchError(os.environ["EVALUATION_ERROR"])
     if os.environ.get("SLOW_EVALUATION_MARKER"):
         Path(os.environ["SLOW_EVALUATION_MARKER"]).write_text(str(os.getpid()))

@@ -87,3 +87,21 @@ def test_a_frozen_rank0_is_still_noticed_within_the_timeout(tmp_path, bbbp_subse
     assert any("lost contact with another process" in line for line in error_lines(stderr)), stderr[
         -3000:
     ]
+
+
+@pytest.mark.timeout(200)
+def test_a_rank0_alive_but_stuck_is_given_up_after_the_eval_timeout(tmp_path, bbbp_subset):
+    flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--dist-timeout", "5", "--eval-timeout", "10"]
+    started = time.time()
+    result = run_script(
+        [SLOW, FAULT_TOLERANT, bbbp_subset, "--output-dir", tmp_path / "run", *flags],
+        nproc=2,
+        env={"SLOW_EVALUATION_SECONDS": "90"},  # beats all along: only the ceiling ends it
+        timeout=150,
+    )
+    assert result.returncode != 0 and time.time() - started < 80, result.stderr[-3000:]
+    assert any(
+        "rank 0 has been scoring for over 10 s (--eval-timeout)" in line
+        for line in error_lines(result.stderr)
+    ), result.stderr[-3000:]
+    assert not final_lines(result.stdout)

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 
 from helpers import (
     DDP,
@@ -322,31 +323,38 @@ def test_the_fingerprint_example_trains_under_torchrun(esol_path, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_a_failure_on_rank_0_alone_stops_every_rank_at_once(bbbp_subset, tmp_path):
-    """Rank 0 scores dev while the others wait for its figures: in the fault-tolerant rung its
-    failure is what they receive, not a silence until --dist-timeout."""
+@pytest.mark.parametrize("rank, flags", [("0", []), ("1", ["--distributed-eval"])])
+def test_a_failure_on_one_rank_while_scoring_stops_every_rank_at_once(
+    bbbp_subset, tmp_path, rank, flags
+):
+    """Rank 0 scores dev while the others wait for its figures, or with --distributed-eval
+    every rank scores a share: in the fault-tolerant rung one rank's failure is what all
+    receive, not a silence until --dist-timeout or a mismatch of collectives."""
     slow = ROOT / "tests" / "integration" / "slow_evaluation.py"
+    out = tmp_path / "o"
+    started = time.time()
     result = run_script(
         [
             slow,
             FAULT_TOLERANT,
             bbbp_subset,
             "--output-dir",
-            tmp_path / "o",
+            out,
             *FAST_FLAGS,
+            *flags,
             "--dist-timeout",
             "600",
         ],
         nproc=2,
         timeout=100,
-        env={"EVALUATION_ERROR": "dev cannot be scored"},
+        env={"EVALUATION_ERROR": "dev cannot be scored", "EVALUATION_ERROR_RANK": rank},
     )
     assert result.returncode != 0
     errors = error_lines(result.stderr)
-    assert len(errors) == 2 and all("rank 0 failed: dev cannot be scored" in e for e in errors), (
-        errors
-    )
+    expected = f"error: rank {rank} failed: dev cannot be scored"
+    assert len(errors) == 2 and all(e == expected for e in errors), errors
     assert not our_traceback(result.stderr)
+    assert time.time() - started < 90  # far below --dist-timeout
 
 
 def test_the_example_refuses_flags_it_cannot_honour(bbbp_subset, tmp_path):
