@@ -24,7 +24,8 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
 from partorch import read_molecule_csv, run_main
-from partorch.ddp.checkpoint import atomic_write_json, ensure_writable_dir
+from partorch.ddp.checkpoint import ensure_writable_dir
+from partorch.ddp.files import atomic_write_json
 from partorch.molecules.chem import morgan_fingerprints
 from partorch.molecules.flags import add_split_flags
 from partorch.molecules.splits import describe_split, split_molecules

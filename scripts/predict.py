@@ -37,7 +37,7 @@ from partorch import (
     predict_smiles,
     run_main,
 )
-from partorch.ddp.checkpoint import atomic_write_text
+from partorch.ddp.files import atomic_write_text
 from partorch.molecules.table import read_frame
 from partorch.molecules.tasks import task_from_dict
 from partorch.molecules.tokenizer import tokenizer_from_dict

@@ -17,7 +17,7 @@ import uuid
 import torch
 import torch.distributed as dist
 
-from .errors import PartorchError, UnexpectedError
+from .errors import PartorchError, UnexpectedError, describe
 from .logs import log
 
 
@@ -182,11 +182,9 @@ def check_on_all_ranks(work):
         error = None
     except PartorchError as exc:
         error = (str(exc), isinstance(exc, UnexpectedError))
-    except (
-        Exception
-    ) as exc:  # a full disk, a bug: still one line on every rank, the details in the log
+    except Exception as exc:  # a full disk, a bug: still one line on every rank, details in the log
         log.exception("rank %d failed", dist.get_rank())
-        error = (f"rank {dist.get_rank()} failed: {type(exc).__name__}: {exc}", True)
+        error = (f"rank {dist.get_rank()} failed: {describe(exc)}", True)
     errors = [e for e in all_gather_object(error) if e]
     if errors:
         message, unexpected = errors[0]

@@ -36,6 +36,11 @@ def run_main(main, parser):
         main(args)
     except PartorchError as exc:
         fail(str(exc))
+    except OSError as exc:  # a full disk, a quota, a file system gone: the machine's, not a bug
+        if is_peer_failure(exc):
+            raise
+        logging.getLogger("partorch").exception("failed")  # the traceback: in the rank's log
+        fail(describe(exc))
     except (torch.distributed.DistError, RuntimeError) as exc:
         if not is_peer_failure(exc):
             raise
@@ -77,7 +82,7 @@ def run_or_report(work):
         if is_peer_failure(exc):  # not this rank's fault, and perhaps passing: stays what it is
             raise
         logging.getLogger("partorch").exception("failed")
-        return UnexpectedFailure(f"rank {rank} failed: {type(exc).__name__}: {exc}")
+        return UnexpectedFailure(f"rank {rank} failed: {describe(exc)}")
 
 
 def raise_if_failed(result):
@@ -86,6 +91,13 @@ def raise_if_failed(result):
         unexpected = isinstance(result, UnexpectedFailure)
         raise (ReportedUnexpectedError if unexpected else ReportedError)(str(result))
     return result
+
+
+def describe(exc):
+    """One line for an exception that is no PartorchError: a file's fault names the file."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def is_peer_failure(exc):

@@ -1,6 +1,7 @@
 """Logging from many processes: rank 0 tells the story on the console, every
 rank's warnings reach it tagged with the rank, and each rank keeps its own
-file `OUTPUT_DIR/logs/rank{r}.log` (never one file shared by writers)."""
+file `OUTPUT_DIR/logs/rank{r}.log` (never one file shared by writers), with
+the tracebacks of the errors that the console shows as one line."""
 
 import logging
 import sys
@@ -12,6 +13,8 @@ def setup_logging(rank=0, quiet=False):
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter(f"[rank{rank}] %(message)s"))
     console.setLevel(logging.WARNING if quiet or rank != 0 else logging.INFO)
+    # a traceback goes to the rank's file only: the console gets the error's one line
+    console.addFilter(lambda record: not record.exc_info)
     log.handlers[:] = [console]
     log.setLevel(logging.INFO)
     log.propagate = False

@@ -4,6 +4,8 @@ matplotlib is imported here only, when a figure is drawn."""
 
 import numpy as np
 
+from .files import atomic_write
+
 MAX_LABELLED_CURVES = 6  # more tasks than this: curves without a legend entry each
 
 
@@ -72,12 +74,14 @@ def training_curves_figure(history, best_epoch, score_name="roc_auc", score_titl
     figure, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
     loss_ax.plot(epochs, [row["train_loss"] for row in history], label="train")
     for split, colour in (("dev", "C1"), ("test", "C2")):
-        if f"{split}_loss" in history[0]:
-            loss_ax.plot(
-                epochs, [row[f"{split}_loss"] for row in history], label=split, color=colour
-            )
+        # test figures exist for the epochs run with --test-every-epoch: a resumed run may
+        # have them for its first epochs only
+        scored = [row for row in history if f"{split}_loss" in row]
+        if scored:
+            at = [row["epoch"] for row in scored]
+            loss_ax.plot(at, [row[f"{split}_loss"] for row in scored], label=split, color=colour)
             score_ax.plot(
-                epochs, [row[f"{split}_{score_name}"] for row in history], label=split, color=colour
+                at, [row[f"{split}_{score_name}"] for row in scored], label=split, color=colour
             )
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
     score_ax.set(xlabel="epoch", ylabel=score_title, title=score_title)
@@ -90,5 +94,6 @@ def training_curves_figure(history, best_epoch, score_name="roc_auc", score_titl
 
 
 def save_figure(figure, path):
-    figure.savefig(path, dpi=110)
+    """A PNG written whole or not at all (a full disk leaves no half image)."""
+    atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=110))
     _pyplot().close(figure)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_write_json, save_model_dir
+from .checkpoint import save_model_dir
+from .files import atomic_write, atomic_write_json
 from .logs import log
 
 # What a run measures rather than chooses: TensorBoard shows them as metrics beside the scores.
@@ -119,7 +120,7 @@ def _figures(output, writer, task, state, targets, predictions):
             "parity.png",
             "Parity/test",
         )
-    figure.savefig(output / name, dpi=110)
+    atomic_write(output / name, lambda f: figure.savefig(f, format="png", dpi=110))
     writer.add_figure(tag, figure, state.best_epoch)  # also closes the figure
     save_figure(
         training_curves_figure(state.history, state.best_epoch, task.score_name, task.score_title),

@@ -17,12 +17,12 @@ from .checkpoint import (
     JOB_FILE,
     MODEL_FILE,
     CheckpointError,
-    atomic_write_json,
     ensure_writable_dir,
     new_version_dir,
 )
 from .distributed import check_on_all_ranks, is_restart_of, torchrun_job_key
 from .errors import raise_if_failed, run_or_report
+from .files import atomic_write_json
 from .logs import add_log_file, log
 
 LOCK_FILE = ".lock"

@@ -16,6 +16,7 @@ from helpers import (
     SINGLE,
     error_lines,
     free_port,
+    our_traceback,
     run_command,
     run_script,
     with_flag,
@@ -501,3 +502,32 @@ def test_a_transient_read_error_on_a_snapshot_is_retried_by_the_restart(tmp_path
     assert any("cannot read now (OSError" in e for e in error_lines(result.stderr))
     assert result.returncode == 0, result.stderr[-3000:]  # the restart read it and went on
     assert json.loads((out / "metrics.json").read_text())["epochs_completed"] == 2
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", [DDP, FAULT_TOLERANT], ids=["ddp", "fault_tolerant"])
+def test_a_full_disk_ends_in_one_line_and_leaves_the_last_snapshot_whole(
+    tmp_path, bbbp_subset, script
+):
+    out = tmp_path / "run"
+    assert run_script([DDP, bbbp_subset, "--output-dir", out, *_flags(2)], nproc=2).returncode == 0
+    before = _contents(out)
+    small_disk = ROOT / "tests" / "integration" / "small_disk.py"
+    snapshot = out / "checkpoints" / "last.pt"
+    result = run_script(
+        [small_disk, script, bbbp_subset, "--output-dir", out, "--resume", *_flags(3)],
+        nproc=2,
+        env={"FILE_SIZE_LIMIT": str(snapshot.stat().st_size // 2)},  # logs fit, a snapshot not
+    )
+    assert result.returncode != 0 and not our_traceback(result.stderr)
+    errors = error_lines(result.stderr)
+    if script == DDP:  # rank 0 says why; a peer may only see it go before torchrun stops it
+        assert errors[0] == f"error: {snapshot}: File too large", result.stderr[-3000:]
+        assert all("lost contact with another process" in e for e in errors[1:]), errors
+    else:  # the fault-tolerant rung passes rank 0's failure to every rank
+        assert errors == [f"error: rank 0 failed: {snapshot}: File too large"] * 2, errors
+    after = _contents(out)
+    results = [n for n in before if n.parts[0] != "logs" and not n.name.startswith((".", "events"))]
+    assert {"checkpoints/last.pt", "metrics.json"} <= set(map(str, results))
+    assert {n: after[n] for n in results} == {n: before[n] for n in results}  # untouched
+    assert not list(out.rglob(".*.tmp"))

@@ -11,7 +11,6 @@ import torch
 from partorch.ddp.checkpoint import (
     CheckpointError,
     TrainingState,
-    atomic_torch_save,
     capture_rng,
     load_model_dir,
     load_state,
@@ -20,6 +19,7 @@ from partorch.ddp.checkpoint import (
     save_model_dir,
     save_snapshot,
 )
+from partorch.ddp.files import atomic_torch_save
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
@@ -306,8 +306,24 @@ def test_snapshots_keep_the_umask_s_mode_fsync_their_folder_and_clear_stale_temp
     # the mode: the umask the process started with (read once, at import), not mkstemp's 0600
     written = tmp_path / "umask027.pt"
     code = (
-        "import os; os.umask(0o027); from partorch.ddp.checkpoint import atomic_torch_save; "
+        "import os; os.umask(0o027); from partorch.ddp.files import atomic_torch_save; "
         f"atomic_torch_save({{}}, {str(written)!r})"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert stat.S_IMODE(written.stat().st_mode) == 0o640
+
+
+def test_training_curves_draw_a_history_whose_test_figures_stop_partway():
+    """A run resumed without --test-every-epoch: test figures for its first epochs only."""
+    from partorch.ddp.plots import training_curves_figure
+
+    history = [
+        {"epoch": e, "train_loss": 1.0 / e, "dev_loss": 0.9, "dev_roc_auc": 0.7}
+        | ({"test_loss": 0.8, "test_roc_auc": 0.75} if e <= 2 else {})
+        for e in range(1, 5)
+    ]
+    figure = training_curves_figure(history, best_epoch=3)
+    loss_ax = figure.axes[0]
+    drawn = {line.get_label(): list(line.get_xdata()) for line in loss_ax.get_lines()}
+    assert drawn["train"] == [1, 2, 3, 4] and drawn["dev"] == [1, 2, 3, 4]
+    assert drawn["test"] == [1, 2]

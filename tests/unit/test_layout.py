@@ -15,7 +15,7 @@ PACKAGE = ROOT / "partorch"
 LAYERS = [
     {"ddp.errors"},
     {"ddp.logs"},
-    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.flags"},
+    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.flags", "ddp.files"},
     {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation"},
     {"ddp.run_dir", "ddp.report"},
     {"molecules.chem"},
