@@ -56,7 +56,7 @@ def build_data(args):
         task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
         split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
         tokenizer=args.tokenizer, augment=args.augment, tta=args.tta,
-        class_weight=args.class_weight)
+        class_weight=args.class_weight, max_smiles_length=args.max_smiles_length)
 
 
 def build_model(args, data, device):

@@ -9,7 +9,7 @@ from ..ddp.distributed import digest
 from ..ddp.logs import log
 from .datasets import smiles_dataset
 from .splits import DEFAULT_SIZES, describe_split, split_molecules
-from .table import read_molecule_csv
+from .table import MAX_SMILES_LENGTH, drop_long_smiles, read_molecule_csv
 from .tasks import build_task, choose_task_kind
 from .tokenizer import build_tokenizer
 
@@ -30,6 +30,7 @@ def molecule_data(
     augment=False,
     tta=0,
     class_weight="none",
+    max_smiles_length=MAX_SMILES_LENGTH,
 ):
     """TrainingData for the molecules of a CSV; the arguments are the flags
     of `add_molecule_flags` (see their help) and the run's seed."""
@@ -37,6 +38,7 @@ def molecule_data(
     table = read_molecule_csv(
         path, smiles_column, label_columns, strict=strict, smiles_form=smiles_form, parse=parse
     )
+    table = drop_long_smiles(table, max_smiles_length, strict)
     kind = choose_task_kind(task, table)
     splits = split_molecules(table, split, seed, kind, split_sizes)
     the_task = build_task(kind, table, splits, class_weight)

@@ -7,7 +7,7 @@ import argparse
 
 from ..ddp.flags import FlagParser
 from .splits import DEFAULT_SIZES, SPLITS, parse_sizes
-from .table import SMILES_FORMS
+from .table import MAX_SMILES_LENGTH, SMILES_FORMS
 from .tasks import CLASS_WEIGHTS, TASK_KINDS
 
 
@@ -28,6 +28,15 @@ def add_molecule_flags(data, model=None):
         choices=["smiles", "bytes"],
         default="smiles",
         help="atom-level SMILES regex or fixed ASCII bytes",
+    )
+    add(
+        "--max-smiles-length",
+        type=FlagParser.positive(int),
+        default=MAX_SMILES_LENGTH,
+        metavar="CHARS",
+        help="drop longer SMILES (with a warning naming their rows): one would pad its whole "
+        "batch to its length; the default, a fixed value, keeps every MoleculeNet molecule "
+        "(SIDER's longest has 1,340)",
     )
     add(
         "--augment",

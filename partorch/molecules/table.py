@@ -13,6 +13,8 @@ from ..ddp.errors import DataError
 from .chem import canonical_smiles
 
 SMILES_FORMS = ("canonical", "raw")
+# Characters: longer SMILES are dropped before training (see --max-smiles-length).
+MAX_SMILES_LENGTH = 2000
 
 
 @dataclass
@@ -212,6 +214,18 @@ def _repeat_warnings(path, smiles, labels):
             [f"{path}: {conflicting} SMILES appear with different labels"] if conflicting else []
         )
     return warnings
+
+
+def drop_long_smiles(table, max_length, strict=False):
+    """The table without SMILES longer than `max_length` characters, named in a
+    warning (an error when `strict`): a batch is padded to its longest member."""
+    long = [i for i, smiles in enumerate(table.smiles) if len(smiles) > max_length]
+    reason = f"have SMILES longer than {max_length} characters (--max-smiles-length)"
+    if long and strict:
+        raise DataError(
+            f"{table.source}: {len(long)} rows {reason}: rows {first_rows(table.rows[long], 11)}"
+        )
+    return drop_rows(table, long, reason)
 
 
 def drop_rows(table, positions, reason):

@@ -16,6 +16,8 @@ from helpers import (
 )
 import pytest
 
+from partorch import DataError
+
 
 def _balanced_rows(n, label=lambda i: i % 2):
     return "".join(f"{'C' * (1 + i % 7)}O,{label(i)}\n" for i in range(n))
@@ -301,3 +303,21 @@ def test_a_diverged_run_stops_every_rank_once_and_keeps_its_last_snapshot(tmp_pa
     assert all("stopped on this" in e for e in errors if e not in first)  # no second training
     assert not our_traceback(result.stderr)
     assert not (out / "metrics.json").exists() and not (out / "checkpoints").exists()
+
+
+def test_a_very_long_smiles_is_dropped_and_named_not_padded_into_its_batch(tmp_path):
+    from partorch.molecules.data import molecule_data
+
+    path = tmp_path / "data.csv"
+    path.write_text("smiles,p_np\n" + _balanced_rows(40) + "C" * 10_000 + ",1\n")
+    data = molecule_data(path, smiles_form="raw", split="random", seed=1)
+    assert data.warnings[-1] == (
+        f"{path}: 1 rows have SMILES longer than 2000 characters (--max-smiles-length), "
+        "dropped: rows 42"
+    )
+    kept = [data.train, data.dev, data.test]
+    assert sum(len(split) for split in kept) == 40
+    shorter = molecule_data(path, smiles_form="raw", split="random", max_smiles_length=5)
+    assert "rows have SMILES longer than 5 characters" in shorter.warnings[-1]
+    with pytest.raises(DataError, match="1 rows have SMILES longer than 2000 characters"):
+        molecule_data(path, smiles_form="raw", split="random", strict=True)
