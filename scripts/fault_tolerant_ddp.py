@@ -7,8 +7,9 @@ This is scripts/basic_neural_network_ddp.py plus what a long multi-node job
 needs, every added line marked `# FT n` (`diff` the two):
   1. bad input is remembered in torchrun's store, so the job's restarts stop at once
   2. all ranks resume the same epoch (a node whose folder lacks the snapshot would not)
-  3. every rank checks that all built the same molecules, split and vocabulary
-  4. rank 0 may score dev for longer than --dist-timeout: the others wait on its heartbeat
+  3. every rank checks that all have the same flags, molecules, split and vocabulary
+  4. rank 0 may score dev for longer than --dist-timeout (up to --eval-timeout): the others
+     wait on its heartbeat
   5. a failure on one rank (scoring, writing a snapshot) reaches every rank as one line
   6. --distributed-eval: every rank scores a share of dev and test
 """
@@ -213,8 +214,8 @@ def train(args, device):
     # FT 2: all ranks start from the same epoch (a node whose folder lacks the snapshot would not)
     assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
     # FT 4: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: a
-    # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone
-    # with a ceiling, for a rank 0 alive but stuck, that grows with the molecules it scores
+    # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone;
+    # --eval-timeout, which grows with the molecules scored, for a rank 0 alive but stuck
     molecules_scored = sum(len(loader.dataset) for loader in scored.values()) * (1 + data.tta)
     ceiling = args.eval_timeout or args.dist_timeout + 0.01 * molecules_scored
     heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), timedelta(seconds=ceiling),
