@@ -9,7 +9,8 @@ EPOCH), `snapshot` (halfway through writing epoch EPOCH's snapshot: half
 its bytes are in the temporary file), `restart` (starting again after an
 earlier fault: between the job's attempts) or `read` (reading a snapshot, EPOCH
 ignored). ACTION is `kill` (SIGKILL), `stop` (SIGSTOP: alive to the kernel,
-silent to its peers) or, with `read`, `eio` (an I/O error, as a flaky disk gives). Each fault
+silent to its peers, for THAW_SECONDS) or, with `read`, `eio` (an I/O error,
+as a flaky disk gives). Each fault
 fires once per job: the first time, it leaves a file in FAULT_DIR.
 """
 
@@ -19,6 +20,7 @@ import os
 from pathlib import Path
 import runpy
 import signal
+import subprocess
 import sys
 
 import torch
@@ -51,8 +53,23 @@ def claim(point, epoch=None):
             continue  # fired in an earlier attempt
 
 
+# A frozen process stays frozen this long: far past the suite's 5 s --dist-timeout, so its
+# peers have given up on it and torchrun has sent it SIGTERM, which it then meets at once.
+# Frozen for good, it would hold torchrun 30 s more, until its SIGKILL (a cost, not a check).
+THAW_SECONDS = 15
+
+
 def fire(fault):
     sys.stdout.flush()
+    if fault["action"] == "stop":
+        thaw = f"sleep {THAW_SECONDS}; kill -CONT {os.getpid()}"
+        # a session of its own: torchrun stops a worker's whole process group, this one too
+        subprocess.Popen(
+            ["sh", "-c", thaw],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     os.kill(os.getpid(), signal.SIGKILL if fault["action"] == "kill" else signal.SIGSTOP)
 
 
