@@ -91,7 +91,7 @@ def build_parser():
     distributed("--dist-timeout", type=positive_int, default=300, help="peer wait, s")  # DDP 1
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
     distributed("--eval-timeout", type=positive_int, metavar="S",  # FT 4
-                help="most seconds rank 0 may score (default: --dist-timeout + 10 ms a molecule)")
+                help="most seconds rank 0 may score (default 10 x --dist-timeout + 10 ms/molecule)")
     distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 6
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
@@ -217,7 +217,7 @@ def train(args, device):
     # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone;
     # --eval-timeout, which grows with the molecules scored, for a rank 0 alive but stuck
     molecules_scored = sum(len(loader.dataset) for loader in scored.values()) * (1 + data.tta)
-    ceiling = args.eval_timeout or args.dist_timeout + 0.01 * molecules_scored
+    ceiling = args.eval_timeout or 10 * args.dist_timeout + 0.01 * molecules_scored
     heartbeat = Heartbeat(timedelta(seconds=args.dist_timeout), timedelta(seconds=ceiling),
                           enabled=not args.distributed_eval)
     gather = gathered if args.distributed_eval else None  # FT 6
