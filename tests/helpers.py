@@ -96,11 +96,13 @@ def run_command(command, timeout=240, env=None, cwd=ROOT):
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT):
-    """Run a script for real: under torchrun when nproc is given."""
+def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT, max_restarts=0):
+    """Run a script for real: under torchrun when nproc is given (which restarts
+    the job up to `max_restarts` times)."""
     launcher = [sys.executable]
     if nproc:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        launcher += [f"--max-restarts={max_restarts}"]
     return run_command(
         launcher + list(args), timeout, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, cwd
     )

@@ -1,9 +1,7 @@
 """Every bad input: one `error:` line on every rank, non-zero exit, no
 traceback from our code, no hang, and nothing in the output folder touched."""
 
-import os
 import runpy
-import sys
 
 from helpers import (
     DDP,
@@ -12,7 +10,6 @@ from helpers import (
     SINGLE,
     error_lines,
     our_traceback,
-    run_command,
     run_script,
 )
 import pytest
@@ -249,20 +246,8 @@ def test_nonsense_flag_under_torchrun_stops_both_ranks(bbbp_subset):
 def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     data = tmp_path / "data.csv"
     data.write_text("smiles,label\nCC,1\n")  # no p_np column
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "--max-restarts=3",
-        FAULT_TOLERANT,
-        data,
-        "--output-dir",
-        tmp_path / "out",
-        *FAST_FLAGS,
-    ]
-    result = run_command(command, timeout=100, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    flags = ["--output-dir", tmp_path / "out", *FAST_FLAGS]
+    result = run_script([FAULT_TOLERANT, data, *flags], nproc=2, max_restarts=3, timeout=100)
     assert result.returncode != 0
     errors = error_lines(result.stderr)
     first = [e for e in errors if "earlier attempt" not in e]
@@ -305,22 +290,9 @@ def test_bf16_on_a_cpu_without_bfloat16_lstm_kernels_is_one_line(tmp_path, bbbp_
 @pytest.mark.timeout(150)
 def test_a_diverged_run_stops_every_rank_once_and_keeps_its_last_snapshot(tmp_path, bbbp_subset):
     out = tmp_path / "out"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "--max-restarts=1",
-        FAULT_TOLERANT,
-        bbbp_subset,
-        "--output-dir",
-        out,
-        *FAST_FLAGS,
-        "--lr",
-        "1e20",  # the weights overflow within the first epoch: the loss is NaN
-    ]
-    result = run_command(command, timeout=140, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # --lr 1e20: the weights overflow within the first epoch, and the loss is NaN
+    flags = ["--output-dir", out, *FAST_FLAGS, "--lr", "1e20"]
+    result = run_script([FAULT_TOLERANT, bbbp_subset, *flags], nproc=2, max_restarts=1, timeout=140)
     assert result.returncode != 0
     errors = error_lines(result.stderr)
     first = [e for e in errors if "earlier attempt" not in e]

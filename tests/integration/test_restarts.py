@@ -481,23 +481,14 @@ def test_a_transient_read_error_on_a_snapshot_is_retried_by_the_restart(tmp_path
     fired.mkdir()
     first = run_script([FAULT_TOLERANT, bbbp_subset, "--output-dir", out, *_flags(1)], nproc=2)
     assert first.returncode == 0, first.stderr[-2000:]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "--max-restarts=1",
-        ROOT / "tests" / "integration" / "inject_faults.py",
-        FAULT_TOLERANT,
-        bbbp_subset,
-        "--output-dir",
-        out,
-        "--resume",
-        *_flags(2),
-    ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAULTS": "0:read:0:eio", "FAULT_DIR": fired}
-    result = run_command(command, timeout=240, env={k: str(v) for k, v in env.items()})
+    inject = ROOT / "tests" / "integration" / "inject_faults.py"
+    flags = ["--output-dir", out, "--resume", *_flags(2)]
+    result = run_script(
+        [inject, FAULT_TOLERANT, bbbp_subset, *flags],
+        nproc=2,
+        max_restarts=1,
+        env={"FAULTS": "0:read:0:eio", "FAULT_DIR": str(fired)},
+    )
     assert list(fired.iterdir()), "the read error never fired"
     assert any("cannot read now (OSError" in e for e in error_lines(result.stderr))
     assert result.returncode == 0, result.stderr[-3000:]  # the restart read it and went on
