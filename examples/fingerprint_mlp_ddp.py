@@ -220,7 +220,6 @@ def train(args, device):
         row, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
                                            device, args.quiet or not master_process)
         row["epoch"] = epoch
-        state.stop_if_diverged(row)  # NaN loss: scoring or going on would be no use
         # DDP 6: rank 0 alone scores dev, on the plain module (DDP's forward would wait for the
         # others), and sends the figures to all: all keep the same best weights and stop together
         scores = [score(model, scored, task, device, data.tta) if master_process else None]

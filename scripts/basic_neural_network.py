@@ -154,7 +154,6 @@ def train(args, device):
         row, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
                                            device, args.quiet or not master_process)
         row["epoch"] = epoch
-        state.stop_if_diverged(row)  # NaN loss: scoring or going on would be no use
         scores = [score(model, scored, task, device, data.tta) if master_process else None]
         row.update(scores[0])
         if master_process:

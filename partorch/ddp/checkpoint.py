@@ -152,24 +152,11 @@ class TrainingState:
     # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
     seconds: float = 0.0
 
-    def stop_if_diverged(self, row):
-        """Stop on a figure of the epoch `row` that is NaN or infinite: the weights have
-        diverged, and every later epoch would be as bad. Every rank holds the same figures
-        (summed over ranks, or sent by rank 0), so all stop here together; the error is bad
-        set-up, not a fault, so a torchrun restart will not train it again."""
-        bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
-        if bad:
-            shown = ", ".join(f"{k} {v}" for k, v in bad.items())
-            raise DivergedError(
-                f"epoch {row['epoch']}: {shown}: training diverged (too high a --lr, now "
-                f"{row.get('lr', '?')}, or labels on a huge scale?); the last snapshot holds "
-                f"epoch {self.epoch}"
-            )
-
     def end_epoch(self, row, model, task, seconds):
         """Count the epoch whose figures are `row`; keep the weights when its dev score is
-        the best; `seconds`: the run's wall clock so far, earlier attempts included."""
-        self.stop_if_diverged(row)  # an infinite dev loss must never become the best epoch
+        the best; `seconds`: the run's wall clock so far, earlier attempts included. An
+        epoch whose figures are not finite stops the run (see `_stop_if_diverged`)."""
+        self._stop_if_diverged(row)
         self.history.append(row)
         self.seconds = seconds
         self.epoch = row["epoch"]
@@ -177,6 +164,21 @@ class TrainingState:
         if task.is_better(score, self.best_score):
             self.best_score, self.best_epoch = score, self.epoch
             self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def _stop_if_diverged(self, row):
+        """A NaN or infinite figure (the training loss first: the cause) means the weights
+        diverged, and every later epoch would be as bad; it must never become the best
+        epoch either. Every rank holds the same row (the loss summed over ranks, the dev
+        figures sent by rank 0), so all stop here together, at the end of the epoch; it is
+        bad set-up, not a fault, so a torchrun restart will not train it again."""
+        bad = [(k, v) for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            name, value = bad[0]
+            raise DivergedError(
+                f"epoch {row['epoch']}: {name} {value}: training diverged (too high a --lr, now "
+                f"{row.get('lr', '?')}, or labels on a huge scale?); the last snapshot holds "
+                f"epoch {self.epoch}"
+            )
 
     def patience_ran_out(self, patience):
         """Whether `patience` epochs (0: never) passed without a better dev score."""

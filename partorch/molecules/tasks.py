@@ -180,6 +180,8 @@ class BinaryClassification(Task):
 
         if not self.scorable(targets):
             return {"molecules": len(targets)}  # ROC AUC undefined: left out of the mean
+        if not np.isfinite(probabilities).all():  # a diverged model: its epoch ends the run
+            return {"roc_auc": math.nan, "molecules": len(targets)}
         return {"roc_auc": float(roc_auc_score(targets, probabilities)), "molecules": len(targets)}
 
     def to_dict(self):
