@@ -30,19 +30,17 @@ def atomic_write(path, write):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:  # a full disk, a quota: name the file, which the write alone did not
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # a full disk, a quota: name the file (the write did not)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
     _fsync_folder(path.parent)
 
 
 def _read_umask():
-    mask = os.umask(
-        0o022
-    )  # the only way to read it is to set it: once, at import, before any threads
+    # the only way to read it is to set it: once, at import, before any threads
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 

@@ -49,12 +49,9 @@ def prepare_run_dir(output_dir, default_base, resume=False):
 
 
 def _agreed_folder(output_dir, default_base, resume):
-    rank = dist.get_rank()
-    pick = (
-        [run_or_report(lambda: str(_claim(output_dir, default_base, resume)))]
-        if rank == 0
-        else [None]
-    )
+    pick = [None]
+    if dist.get_rank() == 0:  # the others learn the folder, or why rank 0 refused it
+        pick = [run_or_report(lambda: str(_claim(output_dir, default_base, resume)))]
     dist.broadcast_object_list(pick, src=0)
     output = Path(raise_if_failed(pick[0]))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
