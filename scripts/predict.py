@@ -109,7 +109,7 @@ def load_models(model_dirs, device):
 def as_csv(column, smiles, task, mean):
     text = io.StringIO()
     writer = csv.writer(text)
-    writer.writerow([column, *task.columns])
+    writer.writerow([column, *task.output_columns])
     for s, row in zip(smiles, mean):  # ROC AUC needs no ties made here: 10 digits
         writer.writerow([s, *("" if p != p else f"{p:.10g}" for p in row)])
     return text.getvalue()

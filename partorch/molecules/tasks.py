@@ -45,6 +45,12 @@ class Task:
         return self._tensors[key]
 
     @property
+    def output_columns(self):
+        """The names of `predictions(outputs)`'s columns: one per label column here (a
+        multi-class task has one per class)."""
+        return self.columns
+
+    @property
     def worst_score(self):
         return -math.inf if self.higher_is_better else math.inf
 
