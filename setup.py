@@ -24,6 +24,7 @@ setup(
     python_requires=">=3.10",
     # torch: the oldest release this project has been run with (see the README)
     # rdkit: molecules are read as canonical SMILES by default (and split by scaffold)
+    # pyyaml: --config files and each run's config.yaml; pyarrow: predict.py's Parquet output
     install_requires=[
         "torch>=2.13",
         "numpy",
@@ -33,6 +34,8 @@ setup(
         "tqdm",
         "matplotlib",
         "rdkit",
+        "pyyaml",
+        "pyarrow",
     ],
     # bench: benchmarks/speed.py --lightning alone; nothing else imports Lightning
     extras_require={"notebooks": NOTEBOOKS, "test": TEST, "bench": ["lightning", "torchmetrics"]},
