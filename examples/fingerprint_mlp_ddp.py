@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
 from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
-from partorch import setup_logging, write_report
+from partorch import lr_schedule, setup_logging, write_report
 from partorch import rendezvous  # DDP 1
 
 DEFAULT_OUTPUT_DIR = "runs/ddp"
@@ -103,6 +103,9 @@ def build_parser():
     add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
     add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
     add("--weight-decay", type=FlagParser.non_negative(float), default=1e-4, help="AdamW decay")
+    add("--lr-schedule", choices=["constant", "cosine"], default="constant", help="after warmup")
+    add("--warmup-epochs", type=FlagParser.non_negative(float), default=0.0, help="lr rises to it")
+    add("--clip-grad-norm", type=FlagParser.positive(float), help="largest gradient norm a step")
     add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
     add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
     add("--random-seed", "--seed", dest="seed", type=count, default=1729, help="seed of it all")
@@ -114,19 +117,20 @@ def build_parser():
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
-    add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")
+    add("--resume", nargs="?", const="yes", choices=["yes", "auto", "latest"],
+        help="continue OUTPUT_DIR's snapshot; auto: if it has one; latest: the newest run")
     add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet):
+def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, device, quiet):
     """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
     started = time.perf_counter()
     model.train()
     world_size = dist.get_world_size()  # DDP 5
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
-    steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
+    steps, norms = [], []  # each step's (loss, molecules) and gradient norm, left on the device
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
     bar = tqdm(total=len(loader.dataset), unit="mol", disable=quiet or None)
     for batch in loader:
@@ -141,8 +145,12 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
                 # the batch's mean loss (a sum / the batch); DDP averages the ranks' gradients
                 scaler.scale(loss / (args.batch_size // world_size)).backward()
             step_loss += loss.detach()
+        if args.clip_grad_norm:  # on the gradients as the optimizer would see them, unscaled
+            scaler.unscale_(optimizer)
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm))
         scaler.step(optimizer)
         scaler.update()
+        scheduler.step()  # the next step's learning rate (warmup, cosine)
         steps.append(torch.stack([step_loss, torch.full((), float(len(batch)), device=device)]))
         bar.update(len(batch) * world_size)
     bar.close()
@@ -153,6 +161,8 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
                samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
+    if norms:  # before clipping: how often and how far the limit cut in
+        row["grad_norm"] = torch.stack(norms).mean().item()
     return row, (totals[0] / totals[1]).tolist()
 
 
@@ -192,7 +202,7 @@ def train(args, device):
     loaders = {name: get_ddp_dataloader(split, rank=0, world_size=1, batch_size=args.batch_size)
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, resume=args.resume)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, args.resume, config=args)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()
@@ -200,6 +210,8 @@ def train(args, device):
     ddp_model = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=args.bucket_mb,
                                         gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = lr_schedule(optimizer, args.lr_schedule, warmup_epochs=args.warmup_epochs,
+                            epochs=args.epochs, steps_per_epoch=len(train_loader))
     torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output) if master_process else None  # DDP 6: one writer for the job
@@ -207,7 +219,8 @@ def train(args, device):
     identity = {"hparams": hparams, **data.digests}
     snapshot = output / "checkpoints" / "last.pt"
     # DDP 7: a job that torchrun restarted (a worker died) continues from its last snapshot
-    parts = dict(model=model, optimizer=optimizer, scaler=scaler, identity=identity)
+    parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                 identity=identity)
     state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
                             world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
@@ -217,8 +230,8 @@ def train(args, device):
         # DDP 2: the shuffle comes from (seed, epoch), the same on every rank; without
         # set_epoch every epoch would replay the first one's order (and its --augment SMILES)
         train_loader.sampler.set_epoch(epoch)
-        row, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
-                                           device, args.quiet or not master_process)
+        row, step_losses = train_one_epoch(ddp_model, optimizer, scheduler, scaler, train_loader,
+                                           task, args, device, args.quiet or not master_process)
         row["epoch"] = epoch
         # DDP 6: rank 0 alone scores dev, on the plain module (DDP's forward would wait for the
         # others), and sends the figures to all: all keep the same best weights and stop together

@@ -27,6 +27,7 @@ from .ddp.logs import setup_logging
 from .ddp.report import write_report
 from .ddp.run_dir import prepare_run_dir
 from .ddp.sampler import LengthBucketBatchSampler
+from .ddp.schedule import lr_schedule
 from .molecules import (
     BinaryClassification,
     BytesTokenizer,
@@ -63,6 +64,7 @@ __all__ = [
     "get_dataloader",
     "get_ddp_dataloader",
     "load_model_dir",
+    "lr_schedule",
     "predict",
     "prepare_run_dir",
     "rendezvous",

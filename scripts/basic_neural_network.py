@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_dataloader, predict, prepare_run_dir
 from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
-from partorch import setup_logging, write_report
+from partorch import lr_schedule, setup_logging, write_report
 
 DEFAULT_OUTPUT_DIR = "runs/basic"
 # How or where a run executes, not what it computes: a snapshot may go on with other values
@@ -63,6 +63,9 @@ def build_parser():
     add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
     add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
     add("--weight-decay", type=FlagParser.non_negative(float), default=1e-4, help="AdamW decay")
+    add("--lr-schedule", choices=["constant", "cosine"], default="constant", help="after warmup")
+    add("--warmup-epochs", type=FlagParser.non_negative(float), default=0.0, help="lr rises to it")
+    add("--clip-grad-norm", type=FlagParser.positive(float), help="largest gradient norm a step")
     add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
     add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
     add("--random-seed", "--seed", dest="seed", type=count, default=1729, help="seed of it all")
@@ -73,19 +76,20 @@ def build_parser():
     distributed("--dist-timeout", type=positive_int, default=300, help="unused: no peers here")
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
-    add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")
+    add("--resume", nargs="?", const="yes", choices=["yes", "auto", "latest"],
+        help="continue OUTPUT_DIR's snapshot; auto: if it has one; latest: the newest run")
     add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet):
+def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, device, quiet):
     """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
     started = time.perf_counter()
     model.train()
     world_size = 1
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
-    steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
+    steps, norms = [], []  # each step's (loss, molecules) and gradient norm, left on the device
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
     bar = tqdm(total=len(loader.dataset), unit="mol", disable=quiet or None)
     for batch in loader:
@@ -98,8 +102,12 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
             # the batch's mean loss (a sum / the batch)
             scaler.scale(loss / (args.batch_size // world_size)).backward()
             step_loss += loss.detach()
+        if args.clip_grad_norm:  # on the gradients as the optimizer would see them, unscaled
+            scaler.unscale_(optimizer)
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm))
         scaler.step(optimizer)
         scaler.update()
+        scheduler.step()  # the next step's learning rate (warmup, cosine)
         steps.append(torch.stack([step_loss, torch.full((), float(len(batch)), device=device)]))
         bar.update(len(batch) * world_size)
     bar.close()
@@ -108,6 +116,8 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
                samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
+    if norms:  # before clipping: how often and how far the limit cut in
+        row["grad_norm"] = torch.stack(norms).mean().item()
     return row, (totals[0] / totals[1]).tolist()
 
 
@@ -133,17 +143,20 @@ def train(args, device):
     loaders = {name: get_dataloader(split, batch_size=args.batch_size)
                for name, split in (("dev", data.dev), ("test", data.test))}
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, resume=args.resume)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, args.resume, config=args)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = lr_schedule(optimizer, args.lr_schedule, warmup_epochs=args.warmup_epochs,
+                            epochs=args.epochs, steps_per_epoch=len(train_loader))
     torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output)
     hparams = {**{k: v for k, v in vars(args).items() if k not in RUN_ONLY}, "model": model_hparams}
     identity = {"hparams": hparams, **data.digests}
     snapshot = output / "checkpoints" / "last.pt"
-    parts = dict(model=model, optimizer=optimizer, scaler=scaler, identity=identity)
+    parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                 identity=identity)
     state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
                             world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
@@ -151,8 +164,8 @@ def train(args, device):
         if state.patience_ran_out(args.patience):
             break
         train_loader.sampler.set_epoch(epoch)  # a fresh order (and --augment SMILES) each epoch
-        row, step_losses = train_one_epoch(model, optimizer, scaler, train_loader, task, args,
-                                           device, args.quiet or not master_process)
+        row, step_losses = train_one_epoch(model, optimizer, scheduler, scaler, train_loader,
+                                           task, args, device, args.quiet or not master_process)
         row["epoch"] = epoch
         scores = [score(model, scored, task, device, data.tta) if master_process else None]
         row.update(scores[0])

@@ -12,6 +12,8 @@ needs, every added line marked `# FT n` (`diff` the two):
      wait on its heartbeat
   5. a failure on one rank (scoring, writing a snapshot) reaches every rank as one line
   6. --distributed-eval: every rank scores a share of dev and test
+  7. SIGTERM (a preempted or timed-out job): every rank stops after the same step and the
+     snapshot is written there; the same command with --resume auto continues from it
 """
 
 from contextlib import nullcontext  # DDP 4
@@ -29,12 +31,13 @@ from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
 from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
-from partorch import setup_logging, write_report
+from partorch import lr_schedule, setup_logging, write_report
 from partorch import rendezvous  # DDP 1
 from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
 from partorch.ddp.distributed import remember_failure  # FT 1
 from partorch.ddp.flags import flag_values  # FT 3
 from partorch.ddp.errors import PartorchError, raise_if_failed, run_or_report  # FT 1
+from partorch.ddp.preemption import Preemption  # FT 7
 
 DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
 # How or where a run executes, not what it computes: a snapshot may go on with other values
@@ -81,6 +84,9 @@ def build_parser():
     add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
     add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
     add("--weight-decay", type=FlagParser.non_negative(float), default=1e-4, help="AdamW decay")
+    add("--lr-schedule", choices=["constant", "cosine"], default="constant", help="after warmup")
+    add("--warmup-epochs", type=FlagParser.non_negative(float), default=0.0, help="lr rises to it")
+    add("--clip-grad-norm", type=FlagParser.positive(float), help="largest gradient norm a step")
     add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
     add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
     add("--random-seed", "--seed", dest="seed", type=count, default=1729, help="seed of it all")
@@ -95,19 +101,20 @@ def build_parser():
     distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 6
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
-    add("--resume", action="store_true", help="continue OUTPUT_DIR's snapshot")
+    add("--resume", nargs="?", const="yes", choices=["yes", "auto", "latest"],
+        help="continue OUTPUT_DIR's snapshot; auto: if it has one; latest: the newest run")
     add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
 
 
-def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet):
+def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, device, quiet):
     """One pass over this rank's shard: the epoch's figures over all ranks, each step's loss."""
     started = time.perf_counter()
     model.train()
     world_size = dist.get_world_size()  # DDP 5
     amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
-    steps = []  # (loss, molecules) of each step, left on the device: no host sync per step
+    steps, norms = [], []  # each step's (loss, molecules) and gradient norm, left on the device
     # disable=None: a bar on a terminal only, never redrawn into log files, SLURM's .out or CI
     bar = tqdm(total=len(loader.dataset), unit="mol", disable=quiet or None)
     for batch in loader:
@@ -122,8 +129,12 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
                 # the batch's mean loss (a sum / the batch); DDP averages the ranks' gradients
                 scaler.scale(loss / (args.batch_size // world_size)).backward()
             step_loss += loss.detach()
+        if args.clip_grad_norm:  # on the gradients as the optimizer would see them, unscaled
+            scaler.unscale_(optimizer)
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm))
         scaler.step(optimizer)
         scaler.update()
+        scheduler.step()  # the next step's learning rate (warmup, cosine)
         steps.append(torch.stack([step_loss, torch.full((), float(len(batch)), device=device)]))
         bar.update(len(batch) * world_size)
     bar.close()
@@ -134,6 +145,8 @@ def train_one_epoch(model, optimizer, scaler, loader, task, args, device, quiet)
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
                samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
+    if norms:  # before clipping: how often and how far the limit cut in
+        row["grad_norm"] = torch.stack(norms).mean().item()
     return row, (totals[0] / totals[1]).tolist()
 
 
@@ -144,6 +157,15 @@ def gathered(predict_share):  # FT 6: --distributed-eval
     dist.all_gather_object(shares, run_or_report(predict_share))
     shares = [raise_if_failed(share) for share in shares]
     return tuple(np.concatenate([s[i] for s in shares if len(s[i])]) for i in (0, 1))
+
+
+def snapshot_on_all_ranks(path, state, parts, master_process):  # FT 5, FT 7
+    """Every rank's random state (their dropout masks differ) into the snapshot rank 0
+    writes, and a barrier that also tells every rank whether that write failed."""
+    rng_states = [None] * dist.get_world_size()
+    dist.all_gather_object(rng_states, capture_rng())
+    save = partial(save_snapshot, path, state=state, rng_states=rng_states, **parts)
+    check_on_all_ranks(save if master_process else lambda: None)
 
 
 def main(args):
@@ -168,6 +190,7 @@ def main(args):
 
 def train(args, device):
     started = time.perf_counter()
+    preemption = Preemption()  # FT 7: from now on SIGTERM asks the ranks to agree on a stop
     rank, world_size = dist.get_rank(), dist.get_world_size()  # DDP 1
     master_process = rank == 0  # it alone prints, evaluates and writes files
     log = setup_logging(rank, args.quiet)  # rank 0 on the console, each rank to its file
@@ -192,7 +215,7 @@ def train(args, device):
     scored = {k: v for k, v in loaders.items() if k == "dev" or args.test_every_epoch}
     # FT 3: a stale copy of the file on one node would otherwise train without a word
     assert_same_on_all_ranks(data.digests)
-    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, resume=args.resume)
+    output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, args.resume, config=args)
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     # DDP 3: the wrapper copies rank 0's weights to all ranks, all-reduces gradients in backward()
@@ -200,6 +223,8 @@ def train(args, device):
     ddp_model = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=args.bucket_mb,
                                         gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    scheduler = lr_schedule(optimizer, args.lr_schedule, warmup_epochs=args.warmup_epochs,
+                            epochs=args.epochs, steps_per_epoch=len(train_loader))
     torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output) if master_process else None  # DDP 6: one writer for the job
@@ -207,12 +232,14 @@ def train(args, device):
     identity = {"hparams": hparams, **data.digests}
     snapshot = output / "checkpoints" / "last.pt"
     # DDP 7: a job that torchrun restarted (a worker died) continues from its last snapshot
-    parts = dict(model=model, optimizer=optimizer, scaler=scaler, identity=identity)
+    parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                 identity=identity)
     state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
                             world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
     # FT 2: all ranks start from the same epoch (a node whose folder lacks the snapshot would not)
-    assert_same_on_all_ranks({"epoch to resume after": str(state.epoch)})
+    assert_same_on_all_ranks({"epoch to resume after": str(state.epoch),  # FT 7: and its step
+                              "steps trained of the next": str(state.paused_step(state.epoch + 1))})
     # FT 4: while rank 0 scores alone, the others wait on its heartbeat, not in a collective: a
     # large split may outlast --dist-timeout, which stays the bound for a rank 0 really gone;
     # --eval-timeout, which grows with the molecules scored, for a rank 0 alive but stuck
@@ -226,9 +253,16 @@ def train(args, device):
             break
         # DDP 2: the shuffle comes from (seed, epoch), the same on every rank; without
         # set_epoch every epoch would replay the first one's order (and its --augment SMILES)
-        train_loader.sampler.set_epoch(epoch)
-        row, step_losses = train_one_epoch(ddp_model, optimizer, scaler, train_loader, task, args,
-                                           device, args.quiet or not master_process)
+        train_loader.sampler.set_epoch(epoch, start=state.paused_step(epoch))  # FT 7
+        batches = preemption.watch(train_loader, start=state.paused_step(epoch))  # FT 7
+        row, step_losses = train_one_epoch(ddp_model, optimizer, scheduler, scaler, batches,  # FT 7
+                                           task, args, device, args.quiet or not master_process)
+        row, step_losses = state.merge_paused(row, step_losses)  # FT 7: and the steps before it
+        if preemption.stopped_at:  # FT 7: every rank stopped after this step: the snapshot here
+            state.pause(epoch, preemption.stopped_at, row, step_losses,
+                        seconds=time.perf_counter() - started)
+            snapshot_on_all_ranks(snapshot, state, parts, master_process)
+            raise preemption.stop(f"at step {preemption.stopped_at} of epoch {epoch}")
         row["epoch"] = epoch
         # DDP 6: rank 0 alone scores dev, on the plain module (DDP's forward would wait for the
         # others), and sends the figures to all: all keep the same best weights and stop together
@@ -248,11 +282,9 @@ def train(args, device):
         state.end_epoch(row, model, task, seconds=time.perf_counter() - started)  # keeps the best
         # DDP 7: every rank's random state (their dropout masks differ), then rank 0 writes;
         # the barrier keeps any rank from running ahead of a snapshot not yet on disk
-        rng_states = [None] * world_size
-        dist.all_gather_object(rng_states, capture_rng())
-        # FT 5: a barrier that also tells every rank whether rank 0's write failed
-        save = partial(save_snapshot, snapshot, state=state, rng_states=rng_states, **parts)
-        check_on_all_ranks(save if master_process else lambda: None)  # FT 5
+        snapshot_on_all_ranks(snapshot, state, parts, master_process)  # FT 5
+        if preemption.agreed():  # FT 7: told to stop while dev was scored: this epoch's snapshot
+            raise preemption.stop(f"after epoch {epoch}")
 
     model.load_state_dict(state.best_weights())
     if args.distributed_eval:  # FT 6: every rank scores its share of test

@@ -25,6 +25,7 @@ from .files import atomic_torch_save, atomic_write_json
 from .logs import log
 
 MODEL_FILE = "best_model.pt"
+SNAPSHOT = "checkpoints/last.pt"  # in a run's folder
 
 
 class CheckpointError(PartorchError):
@@ -151,6 +152,8 @@ class TrainingState:
     job: str = None
     # wall clock of every attempt up to this snapshot: a resumed run's time is all of it
     seconds: float = 0.0
+    # a run stopped inside an epoch (see `pause`): that epoch, its steps trained and their figures
+    paused: dict = None
 
     def end_epoch(self, row, model, task, seconds):
         """Count the epoch whose figures are `row`; keep the weights when its dev score is
@@ -180,6 +183,35 @@ class TrainingState:
                 f"epoch {self.epoch}"
             )
 
+    def pause(self, epoch, step, row, step_losses, seconds):
+        """The run stops after `step` batches of `epoch` (told to end: see ddp.preemption);
+        `row` and `step_losses` are the figures of those steps, which `merge_paused` adds to
+        the rest of the epoch's once the run continues."""
+        self.paused = dict(epoch=epoch, step=step, row=row, step_losses=step_losses)
+        self.seconds = seconds
+
+    def paused_step(self, epoch):
+        """The batches of `epoch` trained before a pause, which the sampler skips."""
+        return self.paused["step"] if self.paused and self.paused["epoch"] == epoch else 0
+
+    def merge_paused(self, row, step_losses):
+        """The whole epoch's figures: those before the pause, if any, and `row`'s."""
+        if not self.paused:
+            return row, step_losses
+        paused, self.paused = self.paused, None
+        before = paused["row"]
+        molecules = before["molecules"] + row["molecules"]
+        seconds = before["seconds"] + row["seconds"]
+        loss = before["train_loss"] * before["molecules"] + row["train_loss"] * row["molecules"]
+        merged = {
+            **row,
+            "train_loss": loss / molecules,
+            "molecules": molecules,
+            "seconds": seconds,
+            "samples_per_second": molecules / seconds,
+        }
+        return merged, paused["step_losses"] + step_losses
+
     def patience_ran_out(self, patience):
         """Whether `patience` epochs (0: never) passed without a better dev score."""
         if patience and self.epoch - self.best_epoch >= patience:
@@ -196,16 +228,17 @@ class TrainingState:
         return self.best_state
 
 
-def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity):
-    """Written by rank 0 only: the plain module's weights, the optimiser and
-    loss scaler, the training state, every rank's random states, and what
-    identifies the run (compared on resume)."""
+def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity, scheduler=None):
+    """Written by rank 0 only: the plain module's weights, the optimiser, its
+    learning-rate schedule (if any) and loss scaler, the training state, every
+    rank's random states, and what identifies the run (compared on resume)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(
         dict(
             model=model.state_dict(),
             optimizer=optimizer.state_dict(),
+            scheduler=scheduler.state_dict() if scheduler else {},
             scaler=scaler.state_dict(),
             state=asdict(state),
             rng=rng_states,
@@ -215,21 +248,22 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
     )
 
 
-def resume_or_start(
-    path, *, resume, worst_score, model, optimizer, scaler, identity, rank, world_size
-):
+def resume_or_start(path, *, resume, worst_score, rank, world_size, **parts):
     """The TrainingState to train from: the snapshot at `path` loaded into
-    model, optimiser, scaler and this rank's random state, or a fresh state.
+    `parts` (model, optimizer, scheduler, scaler, identity: see
+    `restore_snapshot`) and this rank's random state, or a fresh state.
 
     A snapshot is continued when `resume` asks for it or when this process
     is torchrun's restart of the job that wrote it (`is_restart_of`); any
     other run finding one stops, so two runs never mix in one folder.
+    `resume`: None, or "yes" (True) and "latest" (a missing snapshot is an
+    error), or "auto" (a missing one starts the run).
     `identity` must match the snapshot's (flags that define the result,
     digests of the data): another run's snapshot is refused."""
     path = Path(path)
     if path.exists():
-        state = _continue(path, resume, model, optimizer, scaler, identity, rank, world_size)
-    elif resume:
+        state = _continue(path, resume, rank, world_size, parts)
+    elif resume and resume != "auto":  # auto: a requeued job that may not have got so far
         raise CheckpointError(f"--resume: there is no snapshot at {path}")
     else:
         state = TrainingState(best_score=worst_score)
@@ -237,34 +271,31 @@ def resume_or_start(
     return state
 
 
-def _continue(path, resume, model, optimizer, scaler, identity, rank, world_size):
+def _continue(path, resume, rank, world_size, parts):
     snapshot = load_state(path)
     if not (resume or is_restart_of(snapshot.get("state", {}).get("job"))):
         raise CheckpointError(
             f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
             "--resume, or choose another --output-dir"
         )
-    state = restore_snapshot(
-        snapshot,
-        model=model,
-        optimizer=optimizer,
-        scaler=scaler,
-        identity=identity,
-        rank=rank,
-        world_size=world_size,
-    )
+    state = restore_snapshot(snapshot, rank=rank, world_size=world_size, **parts)
+    where = f"epoch {state.epoch}"
+    if state.paused:
+        where = f"step {state.paused['step']} of epoch {state.paused['epoch']}"
     log.info(
-        "resumed from the snapshot after epoch %d (best dev score %.4f at epoch %d)",
-        state.epoch,
+        "resumed from the snapshot after %s (best dev score %.4f at epoch %d)",
+        where,
         state.best_score,
         state.best_epoch,
     )
     return state
 
 
-def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, world_size):
-    """Load a snapshot of *this* run into model, optimiser and scaler, and
-    this rank's random state; return its TrainingState."""
+def restore_snapshot(
+    snapshot, *, model, optimizer, scaler, identity, rank, world_size, scheduler=None
+):
+    """Load a snapshot of *this* run into model, optimiser, schedule and
+    scaler, and this rank's random state; return its TrainingState."""
     differences = _differences(snapshot.get("identity", {}), identity)
     if differences:
         raise CheckpointError(
@@ -282,6 +313,8 @@ def restore_snapshot(snapshot, *, model, optimizer, scaler, identity, rank, worl
     try:
         model.load_state_dict(snapshot["model"])
         optimizer.load_state_dict(snapshot["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(snapshot["scheduler"])
         scaler.load_state_dict(snapshot["scaler"])
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(

@@ -24,6 +24,15 @@ class UnexpectedError(PartorchError):
     passed on to every rank as one line: a torchrun restart may get past it."""
 
 
+class Preempted(Exception):
+    """The job was told to end (SIGTERM) and wrote a snapshot where it stopped: not a
+    failure of the run, which the same command continues."""
+
+
+# 128 + SIGTERM: what a shell reports for a process that SIGTERM ended; never 0, so a job
+# script that requeues on failure sees that this run did not finish
+PREEMPTED_STATUS = 143
+
 # Bad input fails every rank at the same point; torchrun stops the others as
 # soon as one exits, so each waits a moment for its peers to say so too.
 PEER_GRACE_SECONDS = 2.0
@@ -34,6 +43,9 @@ def run_main(main, parser):
     args = parser.parse_args()
     try:
         main(args)
+    except Preempted as exc:
+        sys.stderr.write(f"{exc}\n")
+        sys.exit(PREEMPTED_STATUS)
     except PartorchError as exc:
         fail(str(exc))
     except OSError as exc:  # a full disk, a quota, a file system gone: the machine's, not a bug

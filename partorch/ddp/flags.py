@@ -7,6 +7,7 @@ import sys
 
 import torch
 
+from .config import ConfigError, apply_config
 from .errors import exit_after_peers
 
 
@@ -38,6 +39,12 @@ class FlagParser(argparse.ArgumentParser):
 
     def __init__(self, doc):
         super().__init__(description=doc, formatter_class=_Formatter)
+        self.add_argument(
+            "--config",
+            metavar="FILE",
+            help="YAML or JSON file of flag values, keyed by flag name (a run folder's "
+            "config.yaml repeats that run); flags on the command line win over it",
+        )
 
     @staticmethod
     def positive(kind):
@@ -70,9 +77,22 @@ class FlagParser(argparse.ArgumentParser):
         sys.exit(status)
 
     def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else [str(arg) for arg in args]
+        config = argparse.ArgumentParser(add_help=False)
+        config.add_argument("--config")
+        path = config.parse_known_args(args)[0].config
+        if path:  # its values become defaults: what the command line gives still wins
+            try:
+                apply_config(self, path)
+            except ConfigError as exc:
+                self.error(str(exc))
         parsed = super().parse_args(args, namespace)
-        if getattr(parsed, "resume", False) and getattr(parsed, "output_dir", "") is None:
-            self.error("--resume needs --output-dir, the folder of the run to continue")
+        resume = getattr(parsed, "resume", None)
+        if resume in (True, "yes", "auto") and getattr(parsed, "output_dir", "") is None:
+            flag = "--resume auto" if resume == "auto" else "--resume"
+            self.error(f"{flag} needs --output-dir, the folder of the run to continue")
+        if resume == "latest" and getattr(parsed, "output_dir", None) is not None:
+            self.error("--resume latest finds the folder itself: drop --output-dir")
         if getattr(parsed, "amp", None) == "fp16" and not torch.cuda.is_available():
             self.error("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
         return parsed

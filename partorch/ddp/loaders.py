@@ -20,8 +20,9 @@ class _Epochs:
     def __init__(self, batches, dataset):
         self.batches, self.dataset = batches, dataset
 
-    def set_epoch(self, epoch):
-        self.batches.set_epoch(epoch)
+    def set_epoch(self, epoch, start=0):
+        """`start`: the batches of this epoch to skip, trained before the run was paused."""
+        self.batches.set_epoch(epoch, start)
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
 

@@ -4,8 +4,11 @@ Both take the *global* batch size and give each rank its slice, so 1 and N
 processes take the same optimisation steps, and every rank takes the same
 number of steps (a rank with one batch more would wait forever in an
 all-reduce its peers never start). `set_epoch` must be called every epoch,
-with the same epoch on every rank.
+with the same epoch on every rank; its `start` skips the batches a run
+trained before it was stopped inside that epoch.
 """
+
+from itertools import islice
 
 import numpy as np
 from torch.utils.data import BatchSampler, DistributedSampler
@@ -41,10 +44,10 @@ class LengthBucketBatchSampler:
         self.lengths = np.asarray(lengths)
         self.batch_size, self.world_size, self.rank = batch_size, world_size, rank
         self.shuffle, self.seed = shuffle, seed
-        self.epoch = 0
+        self.epoch, self.start = 0, 0
 
-    def set_epoch(self, epoch):
-        self.epoch = epoch
+    def set_epoch(self, epoch, start=0):
+        self.epoch, self.start = epoch, start
 
     def global_batches(self):
         if not self.shuffle:
@@ -70,7 +73,7 @@ class LengthBucketBatchSampler:
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def __iter__(self):
-        for batch in self.global_batches():
+        for batch in self.global_batches()[self.start :]:
             mine = batch[self.rank :: self.world_size].tolist()
             if mine:
                 yield mine
@@ -90,6 +93,14 @@ class DistributedRandomBatchSampler(BatchSampler):
             range(size), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed
         )
         super().__init__(self.shards, batch_size // world_size, drop_last=False)
+        self.start = 0
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch, start=0):
         self.shards.set_epoch(epoch)
+        self.start = start
+
+    def __iter__(self):
+        return islice(super().__iter__(), self.start, None)
+
+    def __len__(self):
+        return super().__len__() - self.start

@@ -128,6 +128,8 @@ class Task:
                 scalars[f"{self.score_tag}/{split}/{column}"] = value
         scalars["Throughput/train_samples_per_second"] = row["samples_per_second"]
         scalars["LR"] = row["lr"]
+        if "grad_norm" in row:  # --clip-grad-norm: the epoch's mean norm before clipping
+            scalars["Grad/norm"] = row["grad_norm"]
         return scalars
 
     def final_line(self, metrics):

@@ -107,7 +107,7 @@ def test_the_fault_tolerant_rung_differs_from_the_ddp_rung_only_in_ft_lines():
     ddp, ft = DDP.read_text(), FAULT_TOLERANT.read_text()
     assert unmarked_changes(ddp, ft, "FT") == []
     steps = sorted({int(n) for n in re.findall(r"# FT (\d)\b", ft)})
-    assert steps == list(range(1, 7))
+    assert steps == list(range(1, 8))
     loop_line = "        state.end_epoch(row, model, task, seconds=time.perf_counter() - started)"
     assert loop_line in ft
     assert unmarked_changes(ddp, ft.replace(loop_line, loop_line + "  # changed"), "FT")
@@ -115,7 +115,7 @@ def test_the_fault_tolerant_rung_differs_from_the_ddp_rung_only_in_ft_lines():
 
 def test_the_ddp_script_reads_in_one_sitting_and_imports_few_partorch_names():
     text = DDP.read_text()
-    assert len(text.splitlines()) <= 230
+    assert len(text.splitlines()) <= 245
     names = []
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] == "partorch":

@@ -1,0 +1,148 @@
+"""Issue 39's everyday features, run for real: a run repeated from its
+config.yaml, `--resume auto|latest`, SIGTERM preemption in the fault-tolerant
+rung, learning-rate schedules and gradient clipping."""
+
+import json
+import os
+import shutil
+
+from helpers import (
+    DDP,
+    FAST_FLAGS,
+    FAULT_TOLERANT,
+    ROOT,
+    SINGLE,
+    error_lines,
+    our_traceback,
+    run_script,
+    with_flag,
+)
+import pytest
+import torch
+import yaml
+
+from partorch.ddp.checkpoint import load_state
+
+SIGTERM_AT_STEP = ROOT / "tests" / "integration" / "sigterm_at_step.py"
+
+
+def _history(folder, *keys):
+    rows = json.loads((folder / "metrics.json").read_text())["history"]
+    return [tuple(row[k] for k in keys) for row in rows]
+
+
+def test_a_run_is_repeated_from_its_config_yaml_and_the_command_line_wins(tmp_path, bbbp_subset):
+    first, again, changed = tmp_path / "first", tmp_path / "again", tmp_path / "changed"
+    flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--lr-schedule", "cosine", "--seed", "7"]
+    assert run_script([SINGLE, bbbp_subset, "--output-dir", first, *flags]).returncode == 0
+    saved = yaml.safe_load((first / "config.yaml").read_text())
+    assert saved["dataset"] == str(bbbp_subset) and saved["seed"] == 7
+    assert saved["lr-schedule"] == "cosine" and "output-dir" not in saved
+    # the config alone: no dataset, no flag typed again
+    config = ["--config", first / "config.yaml"]
+    assert run_script([SINGLE, *config, "--output-dir", again]).returncode == 0
+    assert _history(again, "dev_roc_auc") == _history(first, "dev_roc_auc")
+    assert (again / "config.yaml").read_text() == (first / "config.yaml").read_text()
+    # a flag on the command line overrides the file's value
+    assert run_script([SINGLE, *config, "--seed", "8", "--output-dir", changed]).returncode == 0
+    assert yaml.safe_load((changed / "config.yaml").read_text())["seed"] == 8
+    assert _history(changed, "dev_roc_auc") != _history(first, "dev_roc_auc")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("lr: 0.01\nlearning_rate: 0.1\n", "unknown key 'learning_rate'"),
+        ("epochs: -1\n", "epochs: must be > 0, got -1"),
+        ("sampler: sorted\n", "'sorted' is not one of bucket, random"),
+        ("augment: 1\n", "augment: must be true or false"),
+        ("- lr\n- 0.1\n", "must map flag names to values"),
+        ("lr: [0.1\n", "not valid YAML"),
+    ],
+)
+def test_a_bad_config_file_is_one_error_naming_the_key(tmp_path, bbbp_subset, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    result = run_script([DDP, bbbp_subset, "--config", path, "--output-dir", tmp_path / "o"])
+    assert result.returncode == 2
+    assert message in result.stderr and str(path) in result.stderr, result.stderr
+    assert not our_traceback(result.stderr) and not (tmp_path / "o").exists()
+
+
+def test_resume_auto_starts_or_continues_and_latest_finds_the_newest_run(tmp_path, bbbp_subset):
+    out = tmp_path / "out"
+    auto = [SINGLE, bbbp_subset, "--output-dir", out, "--resume", "auto"]
+    assert run_script([*auto, *with_flag(FAST_FLAGS, "--epochs", 1)]).returncode == 0
+    assert run_script([*auto, *with_flag(FAST_FLAGS, "--epochs", 2)]).returncode == 0
+    assert _history(out, "epoch") == [(1,), (2,)]  # epoch 1 not trained again
+    # --resume without a snapshot is an error; auto would have started
+    empty = run_script([SINGLE, bbbp_subset, "--output-dir", tmp_path / "new", "--resume"])
+    assert empty.returncode == 2 and "there is no snapshot" in error_lines(empty.stderr)[0]
+    # latest: the highest-numbered run under runs/basic that has a snapshot
+    runs = tmp_path / "runs" / "basic"
+    shutil.copytree(out, runs / "version_3")
+    (runs / "version_7").mkdir(parents=True)  # newer, but it never wrote a snapshot
+    latest = run_script(
+        [SINGLE, bbbp_subset, "--resume", "latest", *with_flag(FAST_FLAGS, "--epochs", 3)],
+        cwd=tmp_path,
+    )
+    assert latest.returncode == 0, latest.stderr
+    assert _history(runs / "version_3", "epoch") == [(1,), (2,), (3,)]
+    both = run_script([SINGLE, bbbp_subset, "--resume", "latest", "--output-dir", out])
+    assert both.returncode == 2 and "drop --output-dir" in both.stderr
+
+
+def test_the_schedule_and_clipping_are_followed_logged_and_resumed(tmp_path, bbbp_subset):
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    flags = ["--lr-schedule", "cosine", "--warmup-epochs", "1", "--clip-grad-norm", "0.05"]
+    assert (
+        run_script([SINGLE, bbbp_subset, "--output-dir", whole, *flags, *FAST_FLAGS]).returncode
+        == 0
+    )
+    lrs, norms = zip(*_history(whole, "lr", "grad_norm"))
+    assert lrs[0] == pytest.approx(1e-3, rel=1e-6)  # warmed up to --lr after one epoch
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)  # cosine down to 0 at the last epoch
+    assert all(norm > 0.05 for norm in norms)  # the limit cut in: the norms are before clipping
+    # the schedule is in the snapshot: 1 epoch, then --resume for the rest. A schedule started
+    # afresh would still be at the top of its cosine (--lr) after the second epoch, not at 0
+    first = with_flag(FAST_FLAGS, "--epochs", 1)
+    assert run_script([SINGLE, bbbp_subset, "--output-dir", part, *flags, *first]).returncode == 0
+    assert load_state(part / "checkpoints" / "last.pt")["scheduler"]["last_epoch"] > 0
+    resumed = [SINGLE, bbbp_subset, "--output-dir", part, "--resume", *flags, *FAST_FLAGS]
+    assert run_script(resumed).returncode == 0
+    assert len(lrs) == 2 and _history(part, "lr") == [pytest.approx((lr,)) for lr in lrs]
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_to_the_torchrun_agent_snapshots_the_step_and_the_same_command_goes_on(
+    tmp_path, bbbp_subset
+):
+    """SLURM ends a job with SIGTERM to torchrun, which forwards it to its workers: they agree
+    on a step, snapshot it and exit; the same command line continues from that step, and the
+    run ends exactly as one that was never stopped."""
+    flags = [*with_flag(FAST_FLAGS, "--batch-size", 8), "--threads", "1", "--resume", "auto"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert (
+        run_script([FAULT_TOLERANT, bbbp_subset, *flags, "--output-dir", whole], nproc=2).returncode
+        == 0
+    )
+    command = [SIGTERM_AT_STEP, FAULT_TOLERANT, bbbp_subset, *flags, "--output-dir", stopped]
+    steps_per_epoch = _history(whole, "molecules")[0][0] // 8 + 1
+    signal_step = steps_per_epoch + 13  # inside the second epoch
+    first = run_script(command, nproc=2, env={"SIGTERM_AT_STEP": str(signal_step)})
+    assert first.returncode != 0 and not (stopped / "metrics.json").exists()
+    stops = [line for line in first.stderr.splitlines() if line.startswith("stopped on SIGTERM")]
+    assert len(stops) == 2 and not our_traceback(first.stderr), first.stderr  # every rank, once
+    paused = load_state(stopped / "checkpoints" / "last.pt")["state"]
+    assert paused["epoch"] == 1 and paused["paused"]["epoch"] == 2
+    assert 0 < paused["paused"]["step"] < steps_per_epoch  # the signal's step, not epoch 1's end
+    assert f"at step {paused['paused']['step']} of epoch 2" in stops[0]
+    again = run_script(command, nproc=2, env={"SIGTERM_AT_STEP": "0"})
+    assert again.returncode == 0, again.stderr
+    log = (stopped / "logs" / "rank0.log").read_text()
+    assert f"resumed from the snapshot after step {paused['paused']['step']} of epoch 2" in log
+    keys = ("epoch", "molecules", "dev_roc_auc", "dev_loss")
+    assert _history(stopped, *keys) == _history(whole, *keys)
+    got, want = (torch.load(f / "best_model.pt") for f in (stopped, whole))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert os.path.exists(stopped / "config.yaml")
