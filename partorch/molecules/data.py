@@ -9,7 +9,7 @@ from ..ddp.distributed import digest
 from ..ddp.logs import log
 from .datasets import smiles_dataset
 from .splits import DEFAULT_SIZES, describe_split, split_molecules
-from .table import MAX_SMILES_LENGTH, drop_long_smiles, read_molecule_csv
+from .table import MAX_SMILES_LENGTH, drop_long_smiles, read_molecule_csv, timed
 from .tasks import build_task, choose_task_kind
 from .tokenizer import build_tokenizer
 
@@ -40,13 +40,12 @@ def molecule_data(
     )
     table = drop_long_smiles(table, max_smiles_length, strict)
     kind = choose_task_kind(task, table)
-    splits = split_molecules(table, split, seed, kind, split_sizes)
+    with timed(f"{split} split"):
+        splits = split_molecules(table, split, seed, kind, split_sizes)
     the_task = build_task(kind, table, splits, class_weight)
-    vocabulary = build_tokenizer(tokenizer, table, random_smiles=augment or tta > 0)
-
-    def subset(indices, rewritable):  # a molecule's random SMILES come from (seed, epoch, its row)
-        return smiles_dataset(table.smiles, table.labels, vocabulary, indices, rewritable, seed)
-
+    with timed(f"{tokenizer} vocabulary"):
+        vocabulary = build_tokenizer(tokenizer, table, random_smiles=augment or tta > 0)
+    datasets = _datasets(table, splits, vocabulary, seed, augment, tta)
     log.info(
         "%s: train %d, dev %d, test %d molecules (%s split)",
         path,
@@ -56,9 +55,7 @@ def molecule_data(
         split,
     )
     return TrainingData(
-        subset(splits.train, augment),
-        subset(splits.dev, tta > 0),
-        subset(splits.test, tta > 0),
+        *datasets,
         the_task,
         descriptions={
             "tokenizer": vocabulary.to_dict(),
@@ -72,3 +69,17 @@ def molecule_data(
         warnings=table.warnings,
         tta=tta,
     )
+
+
+def _datasets(table, splits, vocabulary, seed, augment, tta):
+    """Train, dev and test SMILES datasets; each molecule is tokenized here, once."""
+
+    def subset(indices, rewritable):  # a molecule's random SMILES come from (seed, epoch, its row)
+        return smiles_dataset(table.smiles, table.labels, vocabulary, indices, rewritable, seed)
+
+    with timed(f"tokenized {len(table.smiles):,} molecules"):
+        return (
+            subset(splits.train, augment),
+            subset(splits.dev, tta > 0),
+            subset(splits.test, tta > 0),
+        )

@@ -2,19 +2,30 @@
 numeric label columns. Every problem names the file, the column and the rows
 (numbered as a text editor shows them: the header is row 1)."""
 
+from contextlib import contextmanager
 import csv
 from dataclasses import dataclass, replace
+import logging
+import os
+import time
+from types import SimpleNamespace
 import warnings
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from ..ddp.errors import DataError
+from ..ddp.logs import log
 from .chem import canonical_smiles
 
 SMILES_FORMS = ("canonical", "raw")
 # Characters: longer SMILES are dropped before training (see --max-smiles-length).
 MAX_SMILES_LENGTH = 2000
+# Below this many molecules start-up takes seconds: no bar, so small runs look as they always did.
+PROGRESS_MIN_MOLECULES = 10_000
+# Molecules per bar update: tqdm's cost per call then vanishes beside RDKit's per molecule.
+PROGRESS_CHUNK = 1_000
 
 
 @dataclass
@@ -25,6 +36,39 @@ class MoleculeTable:
     rows: np.ndarray  # each molecule's row in the file
     warnings: list
     source: str = ""  # the file, for messages
+
+
+@contextmanager
+def timed(what):
+    """Logs "start-up: <what> in <seconds> s" at INFO when the block ends without an error,
+    so that a big file's minutes before the first epoch can be accounted for in every rank's
+    log. The yielded object's `what` can be extended with what only the block learns."""
+    phase = SimpleNamespace(what=what)
+    start = time.perf_counter()
+    yield phase
+    log.info("start-up: %s in %.2f s", phase.what, time.perf_counter() - start)
+
+
+def shows_progress(count):
+    """Whether a bar over `count` molecules is drawn: only for inputs big enough to wait for,
+    and only on the process that prints, rank 0 (torchrun sets RANK; a lone process has none),
+    unless --quiet left its console warnings only (see setup_logging). tqdm's disable=None
+    then keeps it off anything but a terminal (log files, SLURM .out files, CI)."""
+    quiet = any(type(h) is logging.StreamHandler and h.level > logging.INFO for h in log.handlers)
+    return count >= PROGRESS_MIN_MOLECULES and os.environ.get("RANK", "0") == "0" and not quiet
+
+
+def with_progress(function, items, description):
+    """function(items), for a function of a list that works item by item, with a bar when
+    `shows_progress`; called chunk by chunk so the bar adds nothing per molecule."""
+    if not shows_progress(len(items)):
+        return function(items)
+    out = []
+    with tqdm(total=len(items), desc=description, unit="mol", disable=None) as bar:
+        for start in range(0, len(items), PROGRESS_CHUNK):
+            out += function(items[start : start + PROGRESS_CHUNK])
+            bar.update(min(PROGRESS_CHUNK, len(items) - start))
+    return out
 
 
 def first_rows(rows, limit=5):
@@ -144,7 +188,20 @@ def read_molecule_csv(
         raise DataError(
             f"unknown SMILES form {smiles_form!r}: choose one of {', '.join(SMILES_FORMS)}"
         )
-    frame = read_frame(path)
+    with timed(f"read {path}") as phase:
+        frame = read_frame(path)
+        table = _validated(frame, path, smiles_column, label_columns, strict)
+        phase.what += f" ({len(frame):,} rows)"
+    if parse or smiles_form == "canonical":
+        table = _parsed(table, strict, smiles_form == "canonical")
+    # after canonicalising: one molecule written in two styles is one molecule
+    return replace(
+        table, warnings=table.warnings + _repeat_warnings(path, table.smiles, table.labels)
+    )
+
+
+def _validated(frame, path, smiles_column, label_columns, strict):
+    """The frame's molecules and labels, checked, as a MoleculeTable."""
     if smiles_column not in frame.columns:
         raise DataError(
             f"{path}: no column {smiles_column!r}; the columns are {list(frame.columns)}"
@@ -172,17 +229,13 @@ def read_molecule_csv(
         raise DataError(f"{path}: no molecules (header only?)")
     smiles = frame[smiles_column].str.strip().tolist()
     labels = _parse_numbers(path, frame, columns, rows)
-    table = MoleculeTable(smiles, labels, columns, rows, warnings, str(path))
-    if parse or smiles_form == "canonical":
-        table = _parsed(table, strict, smiles_form == "canonical")
-    # after canonicalising: one molecule written in two styles is one molecule
-    return replace(
-        table, warnings=table.warnings + _repeat_warnings(path, table.smiles, table.labels)
-    )
+    return MoleculeTable(smiles, labels, columns, rows, warnings, str(path))
 
 
 def _parsed(table, strict, canonical):
-    written = canonical_smiles(table.smiles)
+    what = "canonical SMILES" if canonical else "parsed SMILES"
+    with timed(f"{what} for {len(table.smiles):,} molecules"):
+        written = with_progress(canonical_smiles, table.smiles, what)
     bad = [i for i, s in enumerate(written) if s is None]
     if bad and strict:
         raise DataError(
