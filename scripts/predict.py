@@ -1,22 +1,27 @@
-"""Predict with a trained model: writes CSV with the SMILES and one column per task.
+"""Predict with trained models: writes the SMILES and one column per task, CSV or Parquet.
 
     python scripts/predict.py runs/ddp/version_0 dataset/BBBP.csv > predictions.csv
     echo 'CCO' | python scripts/predict.py runs/ddp/version_0 -
-    python scripts/predict.py runs/ddp/version_0 molecules.csv \
+    python scripts/predict.py runs/ddp/version_0 molecules.csv \\
         --smiles-column SMILES --output out.csv
-    # an ensemble: the mean
-    python scripts/predict.py runs/seed_1 runs/seed_2 runs/seed_3 molecules.csv
+    # an ensemble: each column's mean over the models, and beside it its _std
+    python scripts/predict.py runs/seed_1 runs/seed_2 runs/seed_3 molecules.csv \\
+        --output out.parquet
 
 MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
 task.json, tokenizer.json). Each task's column is named after the label
 column it was trained on: the probability of class 1 for classification,
 the predicted value in the label's units for regression. Several MODEL_DIRs
 trained for the same tasks (one run per seed, say) give the mean of their
-predictions. Molecules are written as each model was trained on them
+predictions in that column and, right after it, the column NAME_std: the
+standard deviation over the models (population, ddof=0), high where the
+models disagree. Molecules are written as each model was trained on them
 (canonical SMILES unless it was trained with --smiles-form raw). A row that
 is empty, that RDKit cannot parse, or that holds tokens outside a model's
-vocabulary is reported on stderr with its row number and left empty; the
-others are still predicted.
+vocabulary is reported on stderr with its row number and left empty (in
+every column, when any model could not read it); the others are still
+predicted. --output writes Parquet when its name ends in .parquet, CSV
+otherwise. On a terminal, a progress bar on stderr counts the molecules.
 """
 
 import argparse
@@ -27,6 +32,7 @@ from pathlib import Path
 import sys
 
 import numpy as np
+import pandas as pd
 import torch
 
 from partorch import (
@@ -37,7 +43,7 @@ from partorch import (
     predict_smiles,
     run_main,
 )
-from partorch.ddp.files import atomic_write_text
+from partorch.ddp.files import atomic_write, atomic_write_text
 from partorch.molecules.table import read_frame
 from partorch.molecules.tasks import task_from_dict
 from partorch.molecules.tokenizer import tokenizer_from_dict
@@ -106,13 +112,55 @@ def load_models(model_dirs, device):
     return models
 
 
-def as_csv(column, smiles, task, mean):
+def summarise(predictions, names):
+    """(column names, values [molecules, columns]) of each model's predictions
+    [molecules, len(names)]: one model's as they are; several give each column's
+    mean and, after it, `_std`, their population standard deviation (ddof=0)."""
+    stacked = np.stack(predictions)
+    if len(predictions) == 1:
+        return list(names), stacked[0]
+    # NaN in both, an empty cell, where any model could not predict
+    mean, std = stacked.mean(axis=0), stacked.std(axis=0)
+    columns = [n for name in names for n in (name, f"{name}_std")]
+    return columns, np.stack([mean, std], axis=2).reshape(len(mean), -1)
+
+
+def as_csv(column, smiles, names, values):
     text = io.StringIO()
     writer = csv.writer(text)
-    writer.writerow([column, *task.output_columns])
-    for s, row in zip(smiles, mean):  # ROC AUC needs no ties made here: 10 digits
+    writer.writerow([column, *names])
+    for s, row in zip(smiles, values):  # ROC AUC needs no ties made here: 10 digits
         writer.writerow([s, *("" if p != p else f"{p:.10g}" for p in row)])
     return text.getvalue()
+
+
+def write_output(path, column, smiles, names, values):
+    """Whole or not at all: an earlier file of that name survives a failure."""
+    if not str(path).endswith(".parquet"):
+        atomic_write_text(as_csv(column, smiles, names, values), path)
+        return
+    frame = pd.DataFrame(values, columns=names)
+    frame.insert(0, column, smiles, allow_duplicates=True)
+    atomic_write(path, lambda f: frame.to_parquet(f, index=False))
+
+
+def predict_all(models, smiles, device, batch_size):
+    """(each model's predictions, {position: the first model's failure message})."""
+    predictions, failed = [], {}
+    for k, (model, task, tokenizer, form) in enumerate(models, 1):
+        outputs, failures = predict_smiles(
+            model,
+            tokenizer,
+            smiles,
+            device,
+            batch_size,
+            smiles_form=form,
+            progress=f"model {k}/{len(models)}" if len(models) > 1 else True,
+        )
+        predictions.append(task.predictions(outputs))
+        for position, message in failures:
+            failed.setdefault(position, message)
+    return predictions, failed
 
 
 def main(args):
@@ -120,25 +168,17 @@ def main(args):
     check_output(args.output)
     models = load_models(args.model_dir, device)
     smiles, unit, first = read_smiles(args.input, args.smiles_column)
-    predictions, failed = [], {}
-    for model, task, tokenizer, form in models:
-        outputs, failures = predict_smiles(
-            model, tokenizer, smiles, device, args.batch_size, smiles_form=form
-        )
-        predictions.append(task.predictions(outputs))
-        for position, message in failures:
-            failed.setdefault(position, message)
+    predictions, failed = predict_all(models, smiles, device, args.batch_size)
     for position, message in sorted(failed.items()):
         print(
             f"warning: {args.input} {unit} {position + first}: {message}; not predicted",
             file=sys.stderr,
         )
-    mean = np.mean(predictions, axis=0)  # NaN, an empty cell, where any model could not predict
-    text = as_csv(args.smiles_column, smiles, models[0][1], mean)
-    if args.output:  # whole or not at all: an earlier file of that name survives a failure
-        atomic_write_text(text, args.output)
+    names, values = summarise(predictions, models[0][1].output_columns)
+    if args.output:
+        write_output(args.output, args.smiles_column, smiles, names, values)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(as_csv(args.smiles_column, smiles, names, values))
 
 
 if __name__ == "__main__":
@@ -148,13 +188,16 @@ if __name__ == "__main__":
     parser.add_argument(
         "model_dir",
         nargs="+",
-        help="a training run's output folder; several average their predictions",
+        help="a training run's output folder; several give each column's mean and its _std",
     )
     parser.add_argument(
         "input", help="CSV file with a SMILES column, or - for one SMILES a line on stdin"
     )
     parser.add_argument("--smiles-column", default="smiles", help="(default: %(default)s)")
-    parser.add_argument("--output", help="write here instead of stdout")
+    parser.add_argument(
+        "--output",
+        help="write here instead of stdout: Parquet if the name ends in .parquet, else CSV",
+    )
     parser.add_argument(
         "--batch-size", type=FlagParser.positive(int), default=256, help="(default: %(default)s)"
     )

@@ -1,6 +1,7 @@
 """Model outputs for new SMILES, written as the model was trained on them."""
 
 import numpy as np
+from tqdm import tqdm
 
 from ..ddp.evaluation import predict
 from ..ddp.loaders import get_dataloader
@@ -8,7 +9,9 @@ from .chem import canonical_smiles
 from .datasets import smiles_dataset
 
 
-def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles_form="raw"):
+def predict_smiles(
+    model, tokenizer, smiles_list, device, batch_size=256, smiles_form="raw", progress=False
+):
     """Model outputs [molecules, tasks] for SMILES strings, in input order,
     each written in `smiles_form`, the form the model was trained on. The
     outputs are the model's raw ones (logits, standardised values):
@@ -18,6 +21,9 @@ def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles
     the canonical form), or one with tokens outside the vocabulary (the model
     never learned them), gets a row of NaN and an entry (position, message)
     in failures; the rest are still predicted.
+
+    progress: a bar of the molecules predicted on stderr, shown only on a
+    terminal (a string labels it).
     """
     written = canonical_smiles(smiles_list) if smiles_form == "canonical" else list(smiles_list)
     encodable, failures = [], []
@@ -35,8 +41,26 @@ def predict_smiles(model, tokenizer, smiles_list, device, batch_size=256, smiles
         return np.full((len(smiles_list), getattr(model, "num_outputs", 1)), np.nan), failures
     dataset = smiles_dataset([written[i] for i in encodable], np.zeros(len(encodable)), tokenizer)
     loader = get_dataloader(dataset, batch_size=batch_size)
-    _, sorted_outputs = predict(model, loader, device)
+    with tqdm(
+        total=len(encodable),
+        unit="mol",
+        desc=progress if isinstance(progress, str) else None,
+        disable=None if progress else True,
+    ) as bar:
+        _, sorted_outputs = predict(model, _Counted(loader, bar), device)
     outputs = np.full((len(smiles_list), sorted_outputs.shape[1]), np.nan)
     order = np.concatenate([np.asarray(b) for b in loader.batch_sampler])
     outputs[np.asarray(encodable)[order]] = sorted_outputs
     return outputs, failures
+
+
+class _Counted:
+    """A loader whose batches advance a progress bar: `predict` takes loaders only."""
+
+    def __init__(self, loader, bar):
+        self.loader, self.dataset, self.bar = loader, loader.dataset, bar
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield batch
+            self.bar.update(len(batch.targets))
