@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from partorch.ddp.logs import log
+from partorch.ddp.logs import add_log_file, log, setup_logging
 from partorch.molecules import molecule_data, table
 from partorch.molecules.chem import canonical_smiles
 
@@ -109,3 +109,19 @@ def test_molecule_data_draws_the_bar_and_keeps_its_digests(monkeypatch, small_cs
     monkeypatch.setattr(table, "PROGRESS_CHUNK", 64)
     assert molecule_data(small_csv).digests == without
     assert "canonical SMILES" in terminal.getvalue() and "200/200" in terminal.getvalue()
+
+
+def test_what_is_logged_before_the_run_folder_exists_reaches_the_rank_s_file(tmp_path):
+    setup_logging(rank=1, quiet=True)
+    log.info("start-up: read early.csv in 0.01 s")
+    log.warning("warning: early.csv: 2 rows dropped")
+    add_log_file(tmp_path, rank=1)
+    log.info("writing to the folder")
+    lines = (tmp_path / "rank1.log").read_text().splitlines()
+    assert [line.split("[rank1] ")[1] for line in lines] == [
+        "INFO start-up: read early.csv in 0.01 s",
+        "WARNING warning: early.csv: 2 rows dropped",
+        "INFO writing to the folder",
+    ]
+    add_log_file(tmp_path, rank=1)  # a second file gets only what comes after it
+    assert len((tmp_path / "rank1.log").read_text().splitlines()) == 3
