@@ -87,7 +87,7 @@ class FingerprintMLP(nn.Module):
 def build_model(args, data, device):
     """fingerprint -> [hidden] x layers -> one output per task."""
     hparams = dict(inputs=FINGERPRINT["bits"], hidden=args.hidden, layers=args.num_layers,
-                   dropout=args.dropout, outputs=len(data.task.columns))
+                   dropout=args.dropout, outputs=len(data.task.output_columns))
     return FingerprintMLP(**hparams).to(device), hparams
 # ========================================= END ADAPT =========================================
 

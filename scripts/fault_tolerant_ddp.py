@@ -68,7 +68,7 @@ def build_model(args, data, device):
     molecules.RNNPredictor.check_amp(args.amp, device)
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
-                   bidirectional=args.bidirectional, num_outputs=len(data.task.columns))
+                   bidirectional=args.bidirectional, num_outputs=len(data.task.output_columns))
     return molecules.RNNPredictor(**hparams).to(device), hparams
 # ========================================= END ADAPT =========================================
 

@@ -18,8 +18,9 @@ def _pyplot():
     return plt
 
 
-def roc_figure(targets, probabilities, columns):
-    """One ROC curve per task that has both classes; the title gives their mean AUC."""
+def roc_figure(targets, probabilities, columns, noun="tasks"):
+    """One ROC curve per column (a task, or a class against the others) that has both
+    classes; the title gives their mean AUC."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
     plt = _pyplot()
@@ -35,7 +36,7 @@ def roc_figure(targets, probabilities, columns):
         label = column if len(columns) <= MAX_LABELLED_CURVES else None
         ax.plot(fpr, tpr, label=label, alpha=1.0 if len(columns) == 1 else 0.5)
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="chance")
-    title = "Test ROC curve" if len(columns) == 1 else f"Test ROC curves ({len(aucs)} tasks)"
+    title = "Test ROC curve" if len(columns) == 1 else f"Test ROC curves ({len(aucs)} {noun})"
     ax.set(
         xlabel="false positive rate",
         ylabel="true positive rate",

@@ -143,8 +143,9 @@ def _fill_in_order(groups, count, sizes):
 
 def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
     """`split_indices` for a MoleculeTable: stratified by class when there is
-    one 0/1 column; errors name the file."""
-    single_class_column = task_kind == "classification" and len(table.label_columns) == 1
+    one column of classes (0/1, or a multi-class task's); errors name the file."""
+    classified = task_kind in ("classification", "multiclass")
+    single_class_column = classified and len(table.label_columns) == 1
     classes = table.labels[:, 0].astype(int) if single_class_column else None
     try:
         return split_indices(

@@ -1,8 +1,9 @@
 """What is learned: the loss and the metrics of a task, chosen at
 construction. Binary classification (one or several 0/1 columns; empty cells
-are missing labels, masked out of loss and metrics) or regression (targets
-standardised with the training split's mean and deviation; metrics in the
-original units).
+are missing labels, masked out of loss and metrics), multi-class
+classification (one column of whole-number classes: softmax, cross-entropy,
+macro one-vs-rest ROC AUC) or regression (targets standardised with the
+training split's mean and deviation; metrics in the original units).
 
 The training loop only calls `task.loss(outputs, targets)` (a sum, see
 there), `task.metrics(targets, outputs)` and `task.is_better(a, b)`.
@@ -17,7 +18,7 @@ from torch import nn
 from ..ddp.errors import DataError, PartorchError
 from ..ddp.logs import log
 
-TASK_KINDS = ("auto", "classification", "regression")
+TASK_KINDS = ("auto", "classification", "multiclass", "regression")
 CLASS_WEIGHTS = ("none", "balanced")
 
 
@@ -197,6 +198,91 @@ class BinaryClassification(Task):
         return {**super().to_dict(), **weights}
 
 
+class MulticlassClassification(Task):
+    """One label column whose values are classes (whole numbers, e.g. 0/1/2): one output
+    per class, softmax cross-entropy, and the macro mean of the one-vs-rest ROC AUCs."""
+
+    kind, score_name, score_tag, score_title = "multiclass", "roc_auc", "ROC_AUC", "ROC AUC"
+    needs = "two classes or more among the labelled molecules"
+    higher_is_better = True
+
+    def __init__(self, columns, classes):
+        super().__init__(columns)
+        if len(self.columns) != 1:
+            raise DataError(f"a multi-class task has one label column, not {len(self.columns)}")
+        self.classes = [float(c) for c in classes]
+
+    @property
+    def output_columns(self):
+        return [f"{self.columns[0]}_{c:g}" for c in self.classes]
+
+    def class_index(self, labels):
+        """Each label's class number 0..K-1 (a missing label's stands in: it is masked)."""
+        classes = self._constant("classes", labels)
+        index = torch.searchsorted(classes, labels.contiguous())
+        return index.clamp(max=len(self.classes) - 1)
+
+    def cell_losses(self, outputs, targets):
+        index = self.class_index(targets.to(outputs.dtype))[:, 0]
+        losses = nn.functional.cross_entropy(outputs, index, reduction="none")
+        return losses[:, None]  # one cell a molecule, as the one label column has
+
+    def predictions(self, outputs):
+        """Each class's probability, [molecules, classes]."""
+        return torch.softmax(torch.as_tensor(outputs, dtype=torch.float64), dim=1).numpy()
+
+    def outputs_for(self, predictions):
+        return np.log(np.clip(np.asarray(predictions, dtype=np.float64), 1e-12, 1.0))
+
+    def scorable(self, targets):
+        return len(np.unique(targets)) >= 2
+
+    def metrics(self, targets, outputs):
+        """{"loss", "roc_auc": the macro mean over the classes present with others, "per_class":
+        each class's one-vs-rest ROC AUC, "molecules"}."""
+        targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)[:, 0]
+        outputs = np.asarray(outputs, dtype=np.float64)
+        present = ~np.isnan(targets)
+        if not self.scorable(targets[present]):
+            raise EvaluationError(f"no task can be scored: {self.score_title} needs {self.needs}")
+        with torch.no_grad():
+            labels = torch.as_tensor(targets[present])[:, None]
+            loss = self.cell_losses(torch.as_tensor(outputs[present]), labels).mean().item()
+        index = self.class_index(labels)[:, 0].numpy()
+        per_class = self._per_class(index, self.predictions(outputs[present]))
+        scored = [v for v in per_class.values() if v is not None]
+        return {
+            "loss": loss,
+            "roc_auc": float(np.mean(scored)),
+            "per_class": per_class,
+            "molecules": int(present.sum()),
+        }
+
+    def _per_class(self, index, probabilities):
+        """One-vs-rest ROC AUC of each class; None for a class absent from (or alone in) it."""
+        from sklearn.metrics import roc_auc_score
+
+        per_class = {}
+        for k, name in enumerate(self.output_columns):
+            is_k = index == k
+            if is_k.all() or not is_k.any():
+                per_class[name] = None
+            elif not np.isfinite(probabilities).all():  # a diverged model: its epoch ends the run
+                per_class[name] = math.nan
+            else:
+                per_class[name] = float(roc_auc_score(is_k, probabilities[:, k]))
+        return per_class
+
+    def one_vs_rest(self, targets):
+        """Targets as one 0/1 column per class (NaN where unlabelled), beside `predictions`."""
+        targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)[:, :1]
+        one_hot = (targets == np.asarray(self.classes)[None, :]).astype(np.float64)
+        return np.where(np.isnan(targets), np.nan, one_hot)
+
+    def to_dict(self):
+        return {**super().to_dict(), "classes": self.classes}
+
+
 class Regression(Task):
     kind, score_name, score_tag, score_title = "regression", "rmse", "RMSE", "RMSE"
     needs = "labelled molecules"
@@ -257,6 +343,8 @@ def task_from_dict(spec):
     """The task saved beside a model (task.json)."""
     if spec.get("kind") == "classification":
         return BinaryClassification(spec["columns"], spec.get("positive_weight"))
+    if spec.get("kind") == "multiclass":
+        return MulticlassClassification(spec["columns"], spec["classes"])
     if spec.get("kind") == "regression":
         return Regression(spec["columns"], spec["mean"], spec["std"])
     raise PartorchError(f"not a partorch task description: {str(spec)[:80]}")
@@ -272,43 +360,70 @@ MOSTLY_BINARY = 0.9
 
 def choose_task_kind(requested, table):
     """`requested` unless it is "auto": classification when every label is
-    0 or 1, regression when the labels are other numbers. A column that is
-    almost all 0/1 is taken for a binary column with typos, and a few whole
-    numbers (0/1/2) for classes: errors, never a silent regression."""
+    0 or 1, multiclass for one column of 3 to 20 whole numbers, regression
+    for other numbers. A column that is almost all 0/1 is taken for a binary
+    column with typos, and whole numbers that cannot be classes here (two
+    values other than 0/1, or several columns of them) for a mistake: errors,
+    never a silent regression."""
     if requested not in TASK_KINDS:
         raise DataError(f"unknown task {requested!r}: choose one of {', '.join(TASK_KINDS)}")
     labels = table.labels[~np.isnan(table.labels)]
-    share = _binary_share(labels)
-    if requested == "auto" and share < MOSTLY_BINARY:
-        _reject_class_numbers(table, labels)
-    if requested == "regression" or (requested == "auto" and share < MOSTLY_BINARY):
-        kind, why = "regression", "the labels are numbers other than 0 and 1"
+    if requested == "auto":
+        kind, why = _auto_kind(table, labels)
     else:
-        if share < 1.0:
-            _reject_non_binary(table)
-        kind, why = "classification", "every label is 0 or 1"
-    log.info(
-        "task: %s on %s (%s)",
-        kind,
-        ", ".join(table.label_columns),
-        why if requested == "auto" else f"--task {requested}",
-    )
+        kind, why = requested, f"--task {requested}"
+    if kind == "classification" and _binary_share(labels) < 1.0:
+        _reject_non_binary(table)
+    if kind == "multiclass":
+        _check_classes(table, labels)
+    log.info("task: %s on %s (%s)", kind, ", ".join(table.label_columns), why)
     return kind
 
 
-# Whole numbers with at most this many values look like classes, not like measurements.
-MAX_CLASS_NUMBERS = 10
+# Whole numbers with this many values are classes, not measurements (issue 39's rule).
+MIN_CLASSES, MAX_CLASSES = 3, 20
 
 
-def _reject_class_numbers(table, labels):
-    """Labels such as 0/1/2 are classes: regressing on them would be a silent wrong result."""
+def _auto_kind(table, labels):
+    if _binary_share(labels) >= MOSTLY_BINARY:
+        return "classification", "every label is 0 or 1"
     values = np.unique(labels)
-    if len(values) <= MAX_CLASS_NUMBERS and np.all(values == np.round(values)):
+    whole = bool(np.all(values == np.round(values)))
+    if whole and MIN_CLASSES <= len(values) <= MAX_CLASSES and len(table.label_columns) == 1:
         shown = ", ".join(f"{v:g}" for v in values)
+        return "multiclass", f"the labels are the {len(values)} whole numbers {shown}: classes"
+    if whole and len(values) <= MAX_CLASSES:
+        _reject_class_numbers(table, values)
+    return "regression", "the labels are numbers other than 0 and 1"
+
+
+def _reject_class_numbers(table, values):
+    """Two classes coded otherwise than 0/1, or classes in several columns: regressing on
+    them would be a silent wrong result."""
+    shown = ", ".join(f"{v:g}" for v in values)
+    what = (
+        "two classes: write them as 0 and 1 for classification"
+        if len(values) == 2
+        else "classes in several columns, which a multi-class task cannot train (one at a time)"
+    )
+    raise DataError(
+        f"{table.source}: the labels are the whole numbers {shown}: {what}; pass --task "
+        "regression if they are measurements to predict"
+    )
+
+
+def _check_classes(table, labels):
+    values = np.unique(labels)
+    if len(table.label_columns) != 1:
         raise DataError(
-            f"{table.source}: the labels are the whole numbers {shown}: classes of a "
-            "multi-class task, which partorch does not train; pass --task regression if they "
-            "are measurements to predict"
+            f"{table.source}: --task multiclass trains one label column, not "
+            f"{len(table.label_columns)} ({', '.join(table.label_columns)})"
+        )
+    if not np.all(values == np.round(values)) or len(values) < 2:
+        shown = ", ".join(f"{v:g}" for v in values[:6]) + (", ..." if len(values) > 6 else "")
+        raise DataError(
+            f"{table.source}: column {table.label_columns[0]!r} must hold two or more whole-"
+            f"number classes for --task multiclass; it holds {shown}"
         )
 
 
@@ -342,6 +457,9 @@ def build_task(kind, table, splits, class_weight="none"):
         task = BinaryClassification.balanced(table.label_columns, table.labels[splits.train])
     elif kind == "classification":
         task = BinaryClassification(table.label_columns)
+    elif kind == "multiclass":  # every class of the file: one only in test still gets an output
+        classes = np.unique(table.labels[~np.isnan(table.labels)])
+        task = MulticlassClassification(table.label_columns, classes)
     else:
         task = Regression.from_training_labels(table.label_columns, table.labels[splits.train])
     for name in ("dev", "test"):

@@ -95,10 +95,15 @@ CASES = {
         [],
         "1 rows hold more fields than the header's 2, first rows 2",
     ),
-    "class numbers 0/1/2 taken for regression": (
-        "smiles,p_np\n" + _balanced_rows(30, lambda i: i % 3),
+    "two classes coded 1/2 taken for regression": (
+        "smiles,p_np\n" + _balanced_rows(30, lambda i: 1 + i % 2),
         [],
-        "the labels are the whole numbers 0, 1, 2: classes of a multi-class task",
+        "the labels are the whole numbers 1, 2: two classes: write them as 0 and 1",
+    ),
+    "class numbers in two columns": (
+        "smiles,a,b\n" + "".join(f"{s},{i % 3},{i % 4}\n" for i, s in enumerate(["C", "CC"] * 15)),
+        ["--label-column", "a", "b"],
+        "the labels are the whole numbers 0, 1, 2, 3: classes in several columns",
     ),
     "a label beyond float32": (
         "smiles,p_np\n" + _balanced_rows(20, lambda i: i / 7) + "CN,1e39\n",

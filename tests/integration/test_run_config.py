@@ -1,6 +1,7 @@
-"""Issue 39's everyday features, run for real: a run repeated from its
-config.yaml, `--resume auto|latest`, SIGTERM preemption in the fault-tolerant
-rung, learning-rate schedules and gradient clipping."""
+"""What users of chemprop and Lightning reach for first, run for real: a run
+repeated from its config.yaml, `--resume auto|latest`, SIGTERM preemption in
+the fault-tolerant rung, learning-rate schedules and gradient clipping, and
+multi-class classification."""
 
 import json
 import os
@@ -11,12 +12,16 @@ from helpers import (
     FAST_FLAGS,
     FAULT_TOLERANT,
     ROOT,
+    SCRIPTS,
     SINGLE,
     error_lines,
+    final_lines,
     our_traceback,
     run_script,
     with_flag,
 )
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -146,3 +151,32 @@ def test_sigterm_to_the_torchrun_agent_snapshots_the_step_and_the_same_command_g
     got, want = (torch.load(f / "best_model.pt") for f in (stopped, whole))
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert os.path.exists(stopped / "config.yaml")
+
+
+def test_a_three_class_csv_trains_under_torchrun_and_predicts_one_column_a_class(
+    tmp_path, bbbp_subset
+):
+    frame = pd.read_csv(bbbp_subset)
+    length = frame["smiles"].str.len()  # classes a SMILES reader can learn: short, middle, long
+    frame["size"] = np.digitize(length, np.percentile(length, [33, 66]))
+    data, out = tmp_path / "three.csv", tmp_path / "out"
+    frame[["smiles", "size"]].to_csv(data, index=False)
+    trained = run_script(
+        [DDP, data, "--label-column", "size", "--output-dir", out, *FAST_FLAGS], nproc=2
+    )
+    assert trained.returncode == 0, trained.stderr
+    assert len(final_lines(trained.stdout)) == 1
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "multiclass" and set(metrics["test_metrics"]["per_class"]) == {
+        "size_0",
+        "size_1",
+        "size_2",
+    }
+    assert final_lines(trained.stdout)[0].endswith(f"{metrics['test_roc_auc']:.4f}")
+    predicted = run_script([SCRIPTS / "predict.py", out, data, "--output", tmp_path / "p.csv"])
+    assert predicted.returncode == 0, predicted.stderr
+    probabilities = pd.read_csv(tmp_path / "p.csv")
+    assert list(probabilities.columns) == ["smiles", "size_0", "size_1", "size_2"]
+    given = probabilities.dropna()
+    assert len(given) >= len(frame) - 3  # BBBP's unparsable rows stay empty
+    assert np.allclose(given[["size_0", "size_1", "size_2"]].sum(axis=1), 1.0)

@@ -1,4 +1,5 @@
-"""Tasks own the loss and the metrics: binary, multi-task with missing labels, regression."""
+"""Tasks own the loss and the metrics: binary, multi-task with missing labels, multi-class,
+regression."""
 
 import math
 
@@ -11,6 +12,7 @@ from partorch.molecules.splits import Splits
 from partorch.molecules.table import DataError, MoleculeTable
 from partorch.molecules.tasks import (
     BinaryClassification,
+    MulticlassClassification,
     Regression,
     build_task,
     choose_task_kind,
@@ -171,3 +173,59 @@ def test_saved_constants_follow_the_outputs_dtype_from_call_to_call():
     assert weighted[0, 0].item() == pytest.approx(
         3 * math.log1p(math.exp(-0.3))
     )  # the positive, weighted 3
+
+
+def test_multiclass_loss_is_cross_entropy_and_its_score_the_macro_one_vs_rest_roc_auc():
+    rng = np.random.default_rng(0)
+    labels = rng.choice([3.0, 5.0, 7.0], size=60)  # classes need not be 0..K-1
+    outputs = rng.normal(size=(60, 3)) + 2 * (labels[:, None] == np.array([3, 5, 7]))
+    task = MulticlassClassification(["y"], [3, 5, 7])
+    assert task.output_columns == ["y_3", "y_5", "y_7"]
+    targets = np.append(labels, NAN)[:, None]  # a missing label: masked out
+    outputs = np.vstack([outputs, [100.0, -100.0, 0.0]])
+    index = np.searchsorted([3, 5, 7], labels)
+    expected_loss = torch.nn.functional.cross_entropy(
+        torch.as_tensor(outputs[:60]), torch.as_tensor(index), reduction="sum"
+    )
+    loss = task.loss(torch.as_tensor(outputs), torch.as_tensor(targets))
+    assert loss.item() == pytest.approx(expected_loss.item())
+    metrics = task.metrics(targets, outputs)
+    probabilities = task.predictions(outputs[:60])
+    assert np.allclose(probabilities.sum(axis=1), 1.0)
+    assert metrics["roc_auc"] == pytest.approx(
+        roc_auc_score(index, probabilities, multi_class="ovr", average="macro")
+    )
+    assert metrics["per_class"]["y_5"] == pytest.approx(
+        roc_auc_score(index == 1, probabilities[:, 1])
+    )
+    assert metrics["loss"] == pytest.approx(expected_loss.item() / 60)
+    assert task.final_line(metrics) == f"Final test ROC AUC: {metrics['roc_auc']:.4f}"
+    saved = task_from_dict(task.to_dict())
+    assert isinstance(saved, MulticlassClassification) and saved.classes == [3.0, 5.0, 7.0]
+
+
+def test_a_class_missing_from_a_split_is_left_out_of_the_mean_not_scored_as_chance():
+    task = MulticlassClassification(["y"], [0, 1, 2])
+    targets = np.array([[0.0], [1.0], [0.0], [1.0]])
+    outputs = np.array([[2.0, 0, 0], [0, 2.0, 0], [1.0, 0, 0], [0, 1.0, 0]])
+    metrics = task.metrics(targets, outputs)
+    assert metrics["per_class"]["y_2"] is None and metrics["roc_auc"] == 1.0
+    with pytest.raises(Exception, match="two classes or more"):
+        task.metrics(np.zeros((3, 1)), np.zeros((3, 3)))
+
+
+def test_auto_picks_multiclass_for_3_to_20_whole_numbers_in_one_column():
+    assert choose_task_kind("auto", _table([0, 1, 2] * 5)) == "multiclass"
+    assert choose_task_kind("auto", _table(list(range(20)) * 2)) == "multiclass"
+    assert choose_task_kind("auto", _table(list(range(21)) * 2)) == "regression"
+    assert choose_task_kind("auto", _table([0.5, 1, 2] * 5)) == "regression"
+    with pytest.raises(DataError, match="two classes: write them as 0 and 1"):
+        choose_task_kind("auto", _table([1, 2] * 5))
+    with pytest.raises(DataError, match="classes in several columns"):
+        choose_task_kind("auto", _table([[0, 1], [1, 2], [2, 0]] * 3, columns=("a", "b")))
+    with pytest.raises(DataError, match="must hold two or more whole-number classes"):
+        choose_task_kind("multiclass", _table([0.5, 1.5, 2] * 3))
+    assert choose_task_kind("regression", _table([0, 1, 2] * 5)) == "regression"
+    splits = Splits(np.arange(9), np.arange(9, 12), np.arange(12, 15))
+    task = build_task("multiclass", _table([0, 1, 2] * 5), splits)
+    assert task.classes == [0.0, 1.0, 2.0]
