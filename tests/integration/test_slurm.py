@@ -7,10 +7,12 @@ import json
 import os
 from pathlib import Path
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
-from helpers import FAST_FLAGS, ROOT, final_lines, free_port, run_command
+from helpers import FAST_FLAGS, ROOT, final_lines, free_port, run_command, with_flag
 import pytest
 
 GPU_SBATCH = ROOT / "examples" / "slurm" / "train_ddp.sbatch"
@@ -40,6 +42,7 @@ done
 exec "$@"
 """
 FAKE_SCONTROL = r"""#!/bin/sh
+if [ "$1" = requeue ]; then echo "$2" >> "$FAKE_REQUEUE_RECORD"; exit 0; fi
 [ "$1 $2" = "show hostnames" ] || { echo "fake scontrol: only 'show hostnames'" >&2; exit 2; }
 echo 127.0.0.1
 """
@@ -73,6 +76,7 @@ def fake_slurm(tmp_path):
         SLURM_NTASKS="1",
         SLURM_CPUS_PER_TASK="2",
         FAKE_SRUN_RECORD=str(tmp_path / "srun_args.txt"),
+        FAKE_REQUEUE_RECORD=str(tmp_path / "requeued.txt"),
     )
     return env
 
@@ -149,6 +153,7 @@ def test_print_only(fake_slurm, sbatch, gpus, cpus, nproc_env, nproc):
 
     script_args = build_parser().parse_args(torchrun_args.training_script_args)
     assert script_args.dataset == "data/HIV.csv" and script_args.label_column == ["HIV_active"]
+    assert script_args.resume == "auto"  # a requeued job continues its snapshot
 
 
 @pytest.mark.parametrize("sbatch", [GPU_SBATCH, CPU_SBATCH], ids=["gpu", "cpu"])
@@ -189,3 +194,44 @@ def test_cpu_recipe_trains_through_srun(fake_slurm, tmp_path, bbbp_subset):
     assert json.loads((out / "metrics.json").read_text())["world_size"] == 2
     srun_args = Path(fake_slurm["FAKE_SRUN_RECORD"]).read_text().splitlines()
     assert "--cpus-per-task=2" in srun_args and "--kill-on-bad-exit=1" in srun_args
+
+
+def test_near_its_time_limit_the_job_snapshots_and_requeues_itself(
+    fake_slurm, tmp_path, bbbp_subset
+):
+    """USR1 (what `#SBATCH --signal=B:USR1@180` sends the batch script) reaches the workers as
+    SIGTERM; they snapshot and exit, the job asks `scontrol requeue`, and the requeued job
+    (same id, same folder, same command) continues from the snapshot to the end."""
+    out = tmp_path / "run"
+    env = {
+        **fake_slurm,
+        "SLURM_JOB_ID": "4244",
+        "OUTPUT_DIR": str(out),
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    flags = [*with_flag(FAST_FLAGS, "--epochs", 6), "--batch-size", "8"]
+    command = ["bash", CPU_SBATCH, bbbp_subset, *flags]
+    with subprocess.Popen(
+        [str(a) for a in command],
+        env={**env, "RDZV_PORT": str(free_port())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as job:
+        log = out / "logs" / "rank0.log"
+        deadline = time.monotonic() + 200
+        while not (log.exists() and "epoch 1/6" in log.read_text()):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+            time.sleep(0.2)
+        os.kill(job.pid, signal.SIGUSR1)
+        _, stderr = job.communicate(timeout=120)
+    assert job.returncode == 0, stderr[-3000:]
+    assert "stopped on SIGTERM" in stderr and "requeue job 4244" in stderr
+    assert Path(fake_slurm["FAKE_REQUEUE_RECORD"]).read_text().split() == ["4244"]
+    assert not (out / "metrics.json").exists()
+    requeued = _run(CPU_SBATCH, [bbbp_subset, *flags], {**env, "RDZV_PORT": str(free_port())}, 300)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    assert "resumed from the snapshot after" in log.read_text()
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert [row["epoch"] for row in history] == [1, 2, 3, 4, 5, 6]
