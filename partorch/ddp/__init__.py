@@ -8,10 +8,15 @@ of them imports a molecule part.
     data         the typed Batch, TrainingData, fixed-size feature datasets
     sampler      batch samplers that shard every global batch across ranks
     loaders      get_dataloader / get_ddp_dataloader
-    checkpoint   atomic writes, snapshots and resume, the saved model folder
-    run_dir      the run's output folder, agreed by every rank
+    files        atomic writes
+    checkpoint   snapshots and resume, the saved model folder
+    schedule     the learning rate over a run: warmup, constant or cosine
+    preemption   SIGTERM: every rank stops after the same step
+    run_dir      the run's output folder, agreed by every rank, with its config.yaml
     evaluation   model outputs over a loader
     report       metrics.json, figures and TensorBoard at the end of a run
+    html_report  report.html: the run on one page, without TensorBoard
     plots        the figures (matplotlib, imported when drawing)
+    config       --config files and each run's config.yaml
     flags        the scripts' argparse parser
 """

@@ -15,9 +15,9 @@ PACKAGE = ROOT / "partorch"
 LAYERS = [
     {"ddp.errors"},
     {"ddp.logs"},
-    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.flags", "ddp.files"},
-    {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation"},
-    {"ddp.run_dir", "ddp.report"},
+    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.files", "ddp.schedule", "ddp.preemption"},
+    {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation", "ddp.config", "ddp.html_report"},
+    {"ddp.run_dir", "ddp.report", "ddp.flags"},
     {"molecules.chem"},
     {"molecules.table", "molecules.tokenizer"},
     {"molecules.splits", "molecules.datasets", "molecules.tasks", "molecules.rnn"},
