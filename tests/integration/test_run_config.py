@@ -54,26 +54,6 @@ def test_a_run_is_repeated_from_its_config_yaml_and_the_command_line_wins(tmp_pa
     assert _history(changed, "dev_roc_auc") != _history(first, "dev_roc_auc")
 
 
-@pytest.mark.parametrize(
-    "content, message",
-    [
-        ("lr: 0.01\nlearning_rate: 0.1\n", "unknown key 'learning_rate'"),
-        ("epochs: -1\n", "epochs: must be > 0, got -1"),
-        ("sampler: sorted\n", "'sorted' is not one of bucket, random"),
-        ("augment: 1\n", "augment: must be true or false"),
-        ("- lr\n- 0.1\n", "must map flag names to values"),
-        ("lr: [0.1\n", "not valid YAML"),
-    ],
-)
-def test_a_bad_config_file_is_one_error_naming_the_key(tmp_path, bbbp_subset, content, message):
-    path = tmp_path / "bad.yaml"
-    path.write_text(content)
-    result = run_script([DDP, bbbp_subset, "--config", path, "--output-dir", tmp_path / "o"])
-    assert result.returncode == 2
-    assert message in result.stderr and str(path) in result.stderr, result.stderr
-    assert not our_traceback(result.stderr) and not (tmp_path / "o").exists()
-
-
 def test_resume_auto_starts_or_continues_and_latest_finds_the_newest_run(tmp_path, bbbp_subset):
     out = tmp_path / "out"
     auto = [SINGLE, bbbp_subset, "--output-dir", out, "--resume", "auto"]

@@ -16,7 +16,8 @@ LAYERS = [
     {"ddp.errors"},
     {"ddp.logs"},
     {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.files", "ddp.schedule", "ddp.preemption"},
-    {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation", "ddp.config", "ddp.html_report"},
+    {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation"}
+    | {"ddp.config", "ddp.html_report"},
     {"ddp.run_dir", "ddp.report", "ddp.flags"},
     {"molecules.chem"},
     {"molecules.table", "molecules.tokenizer"},

@@ -1,0 +1,67 @@
+"""--config FILE: values through each flag's own type and choices, the command line winning,
+positionals from the file, and one error line naming the file and the key."""
+
+import importlib.util
+
+from helpers import DDP
+import pytest
+import yaml
+
+from partorch.ddp.config import write_config
+
+
+def _parser():
+    spec = importlib.util.spec_from_file_location("ddp_rung", DDP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
+def test_file_values_become_defaults_and_the_command_line_wins(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "dataset: data/x.csv\nlr: 0.01\nlabel-column: [a, b]\nsplit_sizes: [0.8, 0.1, 0.1]\n"
+        "augment: true\nbidirectional: false\nseed: 3\n"
+    )
+    args = _parser().parse_args(["--config", str(path), "--seed", "4"])
+    assert (args.dataset, args.lr, args.label_column) == ("data/x.csv", 0.01, ["a", "b"])
+    assert args.split_sizes == (0.8, 0.1, 0.1) and args.augment and not args.bidirectional
+    assert args.seed == 4  # the command line wins
+    assert _parser().parse_args(["other.csv", "--config", str(path)]).dataset == "other.csv"
+
+
+def test_the_saved_config_reads_back_to_the_same_flags(tmp_path):
+    args = _parser().parse_args(["d.csv", "--lr-schedule", "cosine", "--output-dir", "o"])
+    write_config(args, tmp_path)
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert "output-dir" not in saved and "resume" not in saved and "config" not in saved
+    again = _parser().parse_args(["--config", str(tmp_path / "config.yaml"), "--output-dir", "o"])
+    assert vars(again) == {**vars(args), "config": str(tmp_path / "config.yaml")}
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("lr: 0.01\nlearning_rate: 0.1\n", "unknown key 'learning_rate'"),
+        ("epochs: -1\n", "epochs: must be > 0, got -1"),
+        ("sampler: sorted\n", "'sorted' is not one of bucket, random"),
+        ("augment: 1\n", "augment: must be true or false"),
+        ("- lr\n- 0.1\n", "must map flag names to values"),
+        ("lr: [0.1\n", "not valid YAML"),
+        ("config: other.yaml\n", "unknown key 'config'"),
+    ],
+)
+def test_a_bad_config_file_is_one_error_naming_the_file_and_key(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as exit:
+        _parser().parse_args(["d.csv", "--config", str(path)])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in error and str(path) in error and "error:" in error, error
+
+
+def test_a_missing_config_file_is_one_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["d.csv", "--config", str(tmp_path / "none.yaml")])
+    assert "cannot read" in capsys.readouterr().err
