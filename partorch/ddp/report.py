@@ -9,6 +9,7 @@ import numpy as np
 
 from .checkpoint import save_model_dir
 from .files import atomic_write, atomic_write_json
+from .html_report import write_html_report
 from .logs import log
 
 # What a run measures rather than chooses: TensorBoard shows them as metrics beside the scores.
@@ -48,6 +49,7 @@ def write_report(output_dir, *, writer, task, state, test, run, descriptions):
     metrics = metrics_record(task, state, test_metrics, run)
     atomic_write_json(metrics, output / "metrics.json")
     _figures(output, writer, task, state, targets, task.predictions(outputs))
+    write_html_report(output, metrics, descriptions.get("hparams", {}))  # needs the PNGs above
     writer.add_scalar("Loss/test_at_best_epoch", test_metrics["loss"], state.best_epoch)
     writer.add_scalar(
         f"{task.score_tag}/test_at_best_epoch", test_metrics[task.score_name], state.best_epoch
@@ -103,14 +105,17 @@ def _flat(hparams, prefix=""):
 def _figures(output, writer, task, state, targets, predictions):
     from .plots import parity_figure, roc_figure, save_figure, training_curves_figure
 
-    if task.kind == "classification":
-        if len(task.columns) == 1:
+    if task.kind in ("classification", "multiclass"):
+        if task.kind == "classification" and len(task.columns) == 1:
             present = ~np.isnan(targets[:, 0])
             writer.add_pr_curve(
                 "PR/test", targets[present, 0], predictions[present, 0], state.best_epoch
             )
+        noun = "tasks"
+        if task.kind == "multiclass":  # a curve per class: it against the others
+            targets, noun = task.one_vs_rest(targets), "classes"
         figure, name, tag = (
-            roc_figure(targets, predictions, task.columns),
+            roc_figure(targets, predictions, task.output_columns, noun),
             "roc_curve.png",
             "ROC/test",
         )

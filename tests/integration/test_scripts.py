@@ -213,6 +213,10 @@ def test_single_process_script_and_ddp_script_without_torchrun(bbbp_subset, tmp_
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["world_size"] == 1 and 0.0 <= metrics["test_roc_auc"] <= 1.0
         assert json.loads((out / "hparams.json").read_text())["smiles_form"] == form
+        # report.html: readable without TensorBoard, its figures inside it
+        report = (out / "report.html").read_text()
+        assert f">{metrics['test_roc_auc']:.4f}</td>" in report
+        assert report.count('src="data:image/png;base64,iVBORw0KGgo') == 2  # curves and ROC
         # raw keeps the 2 rows RDKit cannot parse (rows 61 and 63); canonical drops them
         splits = json.loads((out / "splits.json").read_text())
         assert sorted(splits["train"] + splits["dev"] + splits["test"]) == [
