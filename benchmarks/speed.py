@@ -160,7 +160,13 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
     sys.path.insert(0, str(ROOT / "scripts"))  # the loop measured is the DDP rung's own
     from basic_neural_network_ddp import train_one_epoch
 
-    from partorch import BinaryClassification, RNNPredictor, get_ddp_dataloader, smiles_dataset
+    from partorch import (
+        BinaryClassification,
+        RNNPredictor,
+        get_ddp_dataloader,
+        lr_schedule,
+        smiles_dataset,
+    )
 
     rank, world_size, device = placement
     loader = get_ddp_dataloader(
@@ -187,12 +193,15 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
-    flags = argparse.Namespace(amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True)
+    flags = argparse.Namespace(
+        amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True, clip_grad_norm=None
+    )
+    constant = lr_schedule(optimizer, "constant", warmup_epochs=0, epochs=1, steps_per_epoch=1)
     stream, task = BatchStream(loader), BinaryClassification(["label"])
 
     def run(steps):
         train_one_epoch(
-            ddp_model, optimizer, scaler, stream.take(steps), task, flags, device, False
+            ddp_model, optimizer, constant, scaler, stream.take(steps), task, flags, device, False
         )
         return stream.samples, stream.tokens
 

@@ -18,7 +18,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1] / "scripts")]
 import basic_neural_network_ddp as ddp_script  # noqa: E402
 from helpers import synthetic_molecules  # noqa: E402
 
-from partorch import get_ddp_dataloader, run_main  # noqa: E402
+from partorch import get_ddp_dataloader, lr_schedule, run_main  # noqa: E402
 from partorch.ddp.distributed import assert_same_on_all_ranks, exit_without_teardown, rendezvous  # noqa: E402
 from partorch.molecules import BinaryClassification, RNNPredictor, SmilesTokenizer, smiles_dataset  # noqa: E402
 
@@ -54,7 +54,10 @@ def uneven_training(opts):
     )
     ddp_model = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    flags = argparse.Namespace(amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True)
+    flags = argparse.Namespace(
+        amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True, clip_grad_norm=None
+    )
+    constant = lr_schedule(optimizer, "constant", warmup_epochs=0, epochs=2, steps_per_epoch=1)
     steps = []
     for epoch in (1, 2):
         loader.batch_sampler.set_epoch(epoch)
@@ -62,6 +65,7 @@ def uneven_training(opts):
         row, step_losses = ddp_script.train_one_epoch(
             ddp_model,
             optimizer,
+            constant,
             torch.amp.GradScaler(enabled=False),
             loader,
             BinaryClassification(["y"]),

@@ -89,7 +89,7 @@ def patch(cls, name, before):
     setattr(cls, name, patched)
 
 
-def on_epoch(sampler, epoch):
+def on_epoch(sampler, epoch, start=0):
     now.update(epoch=epoch, steps=0)
 
 
