@@ -24,6 +24,7 @@ from partorch import lr_schedule, setup_logging, write_report
 DEFAULT_OUTPUT_DIR = "runs/basic"
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
+RUN_ONLY |= {"config"}  # the file the flags came from: they are what counts
 RUN_ONLY |= {"test_every_epoch", "dist_timeout"}
 
 # ============================ ADAPT: your data, model and task ============================
@@ -116,8 +117,9 @@ def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, dev
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
                samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
-    if norms:  # before clipping: how often and how far the limit cut in
-        row["grad_norm"] = torch.stack(norms).mean().item()
+    if norms:  # before clipping, so it shows how far the limit cut in; fp16's skipped steps
+        norms = torch.stack(norms)  # (inf gradients, no update) left out
+        row["grad_norm"] = norms[norms.isfinite()].mean().item()
     return row, (totals[0] / totals[1]).tolist()
 
 

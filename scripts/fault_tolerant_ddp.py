@@ -42,10 +42,12 @@ from partorch.ddp.preemption import Preemption  # FT 7
 DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
+RUN_ONLY |= {"config"}  # the file the flags came from: they are what counts
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
 RUN_ONLY |= {"eval_timeout"}  # FT 4
 RUN_ONLY |= {"distributed_eval"}  # FT 6
-PER_NODE = {"dataset", "output_dir", "threads", "num_workers"}  # FT 3: may differ between nodes
+# FT 3: what may differ between nodes (paths, cores)
+PER_NODE = {"dataset", "output_dir", "threads", "num_workers", "config"}
 
 # ============================ ADAPT: your data, model and task ============================
 from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
@@ -145,8 +147,9 @@ def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, dev
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
                samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
-    if norms:  # before clipping: how often and how far the limit cut in
-        row["grad_norm"] = torch.stack(norms).mean().item()
+    if norms:  # before clipping, so it shows how far the limit cut in; fp16's skipped steps
+        norms = torch.stack(norms)  # (inf gradients, no update) left out
+        row["grad_norm"] = norms[norms.isfinite()].mean().item()
     return row, (totals[0] / totals[1]).tolist()
 
 
@@ -283,7 +286,7 @@ def train(args, device):
         # DDP 7: every rank's random state (their dropout masks differ), then rank 0 writes;
         # the barrier keeps any rank from running ahead of a snapshot not yet on disk
         snapshot_on_all_ranks(snapshot, state, parts, master_process)  # FT 5
-        if preemption.agreed():  # FT 7: told to stop while dev was scored: this epoch's snapshot
+        if epoch < args.epochs and preemption.agreed():  # FT 7: told to stop while dev was scored
             raise preemption.stop(f"after epoch {epoch}")
 
     model.load_state_dict(state.best_weights())

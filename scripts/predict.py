@@ -104,10 +104,10 @@ def load_models(model_dirs, device):
     models = [load_model(model_dir, device) for model_dir in model_dirs]
     first = models[0][1]
     for model_dir, (_, task, _, _) in zip(model_dirs, models):
-        if (task.kind, task.columns) != (first.kind, first.columns):
+        if (task.kind, task.output_columns) != (first.kind, first.output_columns):
             raise PartorchError(
-                f"{model_dir} predicts {task.kind} of {task.columns}, {model_dirs[0]} "
-                f"{first.kind} of {first.columns}: an ensemble needs the same tasks"
+                f"{model_dir} predicts {task.kind} of {task.output_columns}, {model_dirs[0]} "
+                f"{first.kind} of {first.output_columns}: an ensemble needs the same tasks"
             )
     return models
 

@@ -63,10 +63,15 @@ def apply_config(parser, path):
 
 
 def _actions_by_name(parser):
-    """Each flag by its long names and its destination, dashed: `batch-size`, `seed`."""
+    """Each flag by its long names and its destination, dashed: `batch-size`, `seed`. A
+    `--no-x` name is left out: `x: false` says it, and `no-x: true` would read as x."""
     actions = {}
     for action in parser._actions:
-        names = [s.lstrip("-") for s in action.option_strings if s.startswith("--")]
+        names = [
+            s.lstrip("-")
+            for s in action.option_strings
+            if s.startswith("--") and not s.startswith("--no-")
+        ]
         for name in [*names, action.dest.replace("_", "-")]:
             actions[name] = action
     return actions
@@ -89,10 +94,20 @@ def _parsed(action, value):
 
 
 def _one(action, value):
+    if isinstance(value, bool) and action.choices is not None:
+        value = _choice_yaml_read_as(value, action.choices)
     parsed = action.type(str(value)) if action.type else str(value)
     if action.choices is not None and parsed not in action.choices:
         raise ValueError(f"{value!r} is not one of {', '.join(map(str, action.choices))}")
     return parsed
+
+
+def _choice_yaml_read_as(value, choices):
+    """YAML 1.1 reads `amp: off` as false and `resume: yes` as true: the choice it meant."""
+    for choice in choices:
+        if isinstance(choice, str) and yaml.safe_load(choice) is value:
+            return choice
+    return value
 
 
 def write_config(args, folder):

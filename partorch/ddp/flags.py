@@ -88,7 +88,7 @@ class FlagParser(argparse.ArgumentParser):
                 self.error(str(exc))
         parsed = super().parse_args(args, namespace)
         resume = getattr(parsed, "resume", None)
-        if resume in (True, "yes", "auto") and getattr(parsed, "output_dir", "") is None:
+        if resume in ("yes", "auto") and getattr(parsed, "output_dir", "") is None:
             flag = "--resume auto" if resume == "auto" else "--resume"
             self.error(f"{flag} needs --output-dir, the folder of the run to continue")
         if resume == "latest" and getattr(parsed, "output_dir", None) is not None:

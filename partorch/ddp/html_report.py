@@ -219,7 +219,7 @@ def _flattened(config, prefix=""):
 def _config(output, config):
     parts = ["<h2>Config</h2>"]
     yaml_file = output / CONFIG_FILE
-    if yaml_file.is_file():  # the file the run was started from, as its user wrote it
+    if yaml_file.is_file():  # every flag's value, as --config reads it back
         parts.append(f"<h3>{CONFIG_FILE}</h3>\n<pre>{_text(yaml_file.read_text())}</pre>")
     if config:
         parts.append(_two_columns(_flattened(config), headers=("setting", "value")))

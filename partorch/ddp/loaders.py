@@ -1,6 +1,8 @@
 """DataLoaders: one process (`get_dataloader`) or this rank's share of every
 global batch (`get_ddp_dataloader`), over any map-style dataset."""
 
+import signal
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -87,4 +89,13 @@ def get_ddp_dataloader(
         persistent_workers=keep_workers,
         pin_memory=torch.cuda.is_available(),
         generator=torch.Generator().manual_seed(seed),
+        worker_init_fn=_ignore_sigterm,
     )
+
+
+def _ignore_sigterm(worker_id):
+    """A preempted job's SIGTERM reaches the loader's workers too (torchrun signals each
+    worker's process group, SLURM the whole job). A worker it ended would make its rank fail
+    with "DataLoader worker killed" before the rank could write its snapshot; the rank ends
+    its workers itself once done (see ddp.preemption)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

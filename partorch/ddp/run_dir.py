@@ -80,18 +80,24 @@ def _claim(output_dir, default_base, resume, config):
         _lock(output)
         if job is not None:
             atomic_write_json(job, output / JOB_FILE)  # a restart of this job may go on in here
-    if config is not None:
+    if config is not None and not (output / SNAPSHOT).exists():
+        # a new run's flags; a resumed run keeps those it started with (a resume that its
+        # snapshot then refuses must not leave other flags in the folder)
         write_config(config, output)
     return output
 
 
 def latest_run(base):
-    """The highest-numbered `base/version_N` holding a snapshot: the run `--resume latest`
-    continues (the numbers grow with each new run; times on a shared disk need not)."""
+    """The highest-numbered unfinished `base/version_N` holding a snapshot: the run
+    `--resume latest` continues (the numbers grow with each new run; times on a shared disk
+    need not). A finished run (its metrics.json written) is extended by naming it."""
     runs = [p for p in Path(base).glob("version_*") if p.name[8:].isdigit()]
-    runs = sorted((p for p in runs if (p / SNAPSHOT).exists()), key=lambda p: int(p.name[8:]))
+    unfinished = [p for p in runs if (p / SNAPSHOT).exists() and not (p / "metrics.json").exists()]
+    runs = sorted(unfinished, key=lambda p: int(p.name[8:]))
     if not runs:
-        raise CheckpointError(f"--resume latest: no run under {base} has a snapshot ({SNAPSHOT})")
+        raise CheckpointError(
+            f"--resume latest: no unfinished run under {base} has a snapshot ({SNAPSHOT})"
+        )
     log.info("--resume latest: %s", runs[-1])
     return runs[-1]
 

@@ -145,8 +145,9 @@ def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
     """`split_indices` for a MoleculeTable: stratified by class when there is
     one column of classes (0/1, or a multi-class task's); errors name the file."""
     classified = task_kind in ("classification", "multiclass")
-    single_class_column = classified and len(table.label_columns) == 1
-    classes = table.labels[:, 0].astype(int) if single_class_column else None
+    classes = None
+    if classified and len(table.label_columns) == 1:  # numbered 0..K-1, whatever their values
+        classes = np.unique(table.labels[:, 0], return_inverse=True)[1].reshape(-1)
     try:
         return split_indices(
             len(table.smiles), seed, method, classes=classes, smiles=table.smiles, sizes=sizes

@@ -437,7 +437,7 @@ def _reject_non_binary(table):
     raise DataError(
         f"{table.source}: column {table.label_columns[column[0]]!r} must hold 0 or 1 for "
         f"classification; {int(bad.sum())} cells do not, first: {'; '.join(examples)} "
-        "(--task regression treats the labels as numbers)"
+        "(--task multiclass treats whole numbers as classes, --task regression as numbers)"
     )
 
 

@@ -66,6 +66,8 @@ def test_resume_auto_starts_or_continues_and_latest_finds_the_newest_run(tmp_pat
     # latest: the highest-numbered run under runs/basic that has a snapshot
     runs = tmp_path / "runs" / "basic"
     shutil.copytree(out, runs / "version_3")
+    (runs / "version_3" / "metrics.json").unlink()  # as if it had stopped after epoch 2
+    shutil.copytree(out, runs / "version_5")  # newer, but finished: extended only by name
     (runs / "version_7").mkdir(parents=True)  # newer, but it never wrote a snapshot
     latest = run_script(
         [SINGLE, bbbp_subset, "--resume", "latest", *with_flag(FAST_FLAGS, "--epochs", 3)],
@@ -73,6 +75,7 @@ def test_resume_auto_starts_or_continues_and_latest_finds_the_newest_run(tmp_pat
     )
     assert latest.returncode == 0, latest.stderr
     assert _history(runs / "version_3", "epoch") == [(1,), (2,), (3,)]
+    assert _history(runs / "version_5", "epoch") == [(1,), (2,)]  # the finished one untouched
     both = run_script([SINGLE, bbbp_subset, "--resume", "latest", "--output-dir", out])
     assert both.returncode == 2 and "drop --output-dir" in both.stderr
 
@@ -106,6 +109,7 @@ def test_sigterm_to_the_torchrun_agent_snapshots_the_step_and_the_same_command_g
     on a step, snapshot it and exit; the same command line continues from that step, and the
     run ends exactly as one that was never stopped."""
     flags = [*with_flag(FAST_FLAGS, "--batch-size", 8), "--threads", "1", "--resume", "auto"]
+    flags += ["--num-workers", "1"]  # the signal reaches the loader's workers too
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     assert (
         run_script([FAULT_TOLERANT, bbbp_subset, *flags, "--output-dir", whole], nproc=2).returncode

@@ -65,3 +65,14 @@ def test_a_missing_config_file_is_one_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(["d.csv", "--config", str(tmp_path / "none.yaml")])
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_yaml_s_yes_and_off_are_the_choices_they_name_and_no_names_are_refused(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text("dataset: d.csv\namp: off\nresume: yes\noutput-dir: o\n")
+    args = _parser().parse_args(["--config", str(path)])
+    assert (args.amp, args.resume) == ("off", "yes")
+    path.write_text("no-bidirectional: true\n")  # would read as bidirectional: true
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["d.csv", "--config", str(path)])
+    assert "unknown key 'no-bidirectional'" in capsys.readouterr().err

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from partorch.molecules.chem import canonical_smiles, scaffold_groups
-from partorch.molecules.splits import describe_split, parse_sizes, split_indices
-from partorch.molecules.table import DataError, read_molecule_csv
+from partorch.molecules.splits import describe_split, parse_sizes, split_indices, split_molecules
+from partorch.molecules.table import DataError, MoleculeTable, read_molecule_csv
 from partorch.molecules.tasks import BinaryClassification, Regression
 
 
@@ -175,3 +175,12 @@ def test_tasks_score_another_models_predictions_as_their_own():
     assert np.allclose(regression.predictions(regression.outputs_for(probabilities)), probabilities)
     targets = np.array([[0.0], [1.0], [1.0], [0.0]])
     assert task.metrics(targets, task.outputs_for(probabilities))["roc_auc"] == pytest.approx(0.5)
+
+
+def test_a_multiclass_column_is_stratified_whatever_its_class_values():
+    labels = np.array([1.0, 2.0, 3.0] * 40)[:, None]  # not 0..K-1: no class may look empty
+    table = MoleculeTable(["C"] * 120, labels, ["y"], np.arange(120) + 2, [], "t.csv")
+    splits = split_molecules(table, "stratified", 0, "multiclass")
+    for part in (splits.train, splits.dev, splits.test):
+        counts = np.unique(labels[part, 0], return_counts=True)[1]
+        assert len(counts) == 3 and counts.max() - counts.min() <= 1
