@@ -144,9 +144,10 @@ def _fill_in_order(groups, count, sizes):
 def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
     """`split_indices` for a MoleculeTable: stratified by class when there is
     one column of classes (0/1, or a multi-class task's); errors name the file."""
-    classified = task_kind in ("classification", "multiclass")
     classes = None
-    if classified and len(table.label_columns) == 1:  # numbered 0..K-1, whatever their values
+    if task_kind == "classification" and len(table.label_columns) == 1:
+        classes = table.labels[:, 0].astype(int)
+    elif task_kind == "multiclass":  # numbered 0..K-1 whatever their values (3/5/7, -1/0/1)
         classes = np.unique(table.labels[:, 0], return_inverse=True)[1].reshape(-1)
     try:
         return split_indices(
