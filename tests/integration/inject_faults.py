@@ -112,6 +112,10 @@ def half_then_fault(obj, f, *args, **kwargs):
         f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
         f.flush()
         fire(fault)
+        # a frozen writer that is thawed (its SIGTERM, handled by the FT rung, does not end
+        # it) goes on writing as a real one would: the whole snapshot, not half of it twice
+        f.seek(0)
+        f.truncate()
     return _save(obj, f, *args, **kwargs)
 
 
