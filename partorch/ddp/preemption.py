@@ -9,28 +9,39 @@ the next gradient all-reduce. Every few steps the ranks all-reduce "was I
 told to stop?", and all stop after the same step, with time to write a
 snapshot there."""
 
+import os
 import signal
+import threading
 
 import torch
 import torch.distributed as dist
 
-from .errors import Preempted
+from .errors import PREEMPTED_STATUS, Preempted
 
 # Steps between agreements: one tiny all-reduce, and the host waiting for it, every so often
 # rather than every step; the job still stops within seconds of the signal.
 CHECK_EVERY_STEPS = 10
+# Half of torchrun's default --shutdown-timeout: time for the ranks to reach their next check
+# and write one snapshot. A rank still alive after it is stuck (in work of its own, or waiting
+# on a peer that died: torchrun also sends SIGTERM when it stops a job whose worker failed)
+# and ends, rather than holding up torchrun's restart until its SIGKILL.
+GRACE_SECONDS = 15
 
 
 class Preemption:
     """Installs the SIGTERM handler; `watch(loader)` trains until the ranks agree to stop."""
 
-    def __init__(self, every=CHECK_EVERY_STEPS):
-        self.every = every
+    def __init__(self, every=CHECK_EVERY_STEPS, grace=GRACE_SECONDS):
+        self.every, self.grace = every, grace
         self.signalled = False  # this rank was told to stop
         self.stopped_at = None  # the step of the epoch after which all ranks stopped
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, frame):
+        if not self.signalled:
+            deadline = threading.Timer(self.grace, os._exit, args=(PREEMPTED_STATUS,))
+            deadline.daemon = True
+            deadline.start()
         self.signalled = True
 
     def agreed(self):
