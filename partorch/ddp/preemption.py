@@ -21,25 +21,29 @@ from .errors import PREEMPTED_STATUS, Preempted
 # Steps between agreements: one tiny all-reduce, and the host waiting for it, every so often
 # rather than every step; the job still stops within seconds of the signal.
 CHECK_EVERY_STEPS = 10
-# Half of torchrun's default --shutdown-timeout: time for the ranks to reach their next check
-# and write one snapshot. A rank still alive after it is stuck (in work of its own, or waiting
-# on a peer that died: torchrun also sends SIGTERM when it stops a job whose worker failed)
-# and ends, rather than holding up torchrun's restart until its SIGKILL.
-GRACE_SECONDS = 15
+# Seconds a rank told to stop may take before it ends by itself. While training: half of
+# torchrun's default --shutdown-timeout, for the next check and one snapshot. Elsewhere (start-
+# up, scoring dev, the end of the run) a few: a rank there is past its epoch's last check or
+# before its first, and torchrun also sends SIGTERM when it stops a job whose worker failed, so
+# a rank stuck (scoring alone, waiting on a dead peer) must not hold up the restart until
+# torchrun's SIGKILL. One told while rank 0 scores a small dev still stops at the epoch's end.
+GRACE_SECONDS, GRACE_OUTSIDE_TRAINING_SECONDS = 15, 3
 
 
 class Preemption:
     """Installs the SIGTERM handler; `watch(loader)` trains until the ranks agree to stop."""
 
-    def __init__(self, every=CHECK_EVERY_STEPS, grace=GRACE_SECONDS):
-        self.every, self.grace = every, grace
+    def __init__(self, every=CHECK_EVERY_STEPS):
+        self.every = every
+        self.training = False  # inside a training pass, where the checks are
         self.signalled = False  # this rank was told to stop
         self.stopped_at = None  # the step of the epoch after which all ranks stopped
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, frame):
         if not self.signalled:
-            deadline = threading.Timer(self.grace, os._exit, args=(PREEMPTED_STATUS,))
+            grace = GRACE_SECONDS if self.training else GRACE_OUTSIDE_TRAINING_SECONDS
+            deadline = threading.Timer(grace, os._exit, args=(PREEMPTED_STATUS,))
             deadline.daemon = True
             deadline.start()
         self.signalled = True
@@ -72,8 +76,12 @@ class _Watched:
 
     def __iter__(self):
         last = self.start + len(self.loader)  # after the last step the epoch's end checks instead
-        for step, batch in enumerate(self.loader, start=self.start + 1):
-            yield batch  # the loop trains this batch before asking for the next
-            if step < last and step % self.preemption.every == 0 and self.preemption.agreed():
-                self.preemption.stopped_at = step
-                return
+        self.preemption.training = True
+        try:
+            for step, batch in enumerate(self.loader, start=self.start + 1):
+                yield batch  # the loop trains this batch before asking for the next
+                if step < last and step % self.preemption.every == 0 and self.preemption.agreed():
+                    self.preemption.stopped_at = step
+                    return
+        finally:
+            self.preemption.training = False

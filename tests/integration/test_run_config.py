@@ -36,8 +36,8 @@ def _history(folder, *keys):
     return [tuple(row[k] for k in keys) for row in rows]
 
 
-def test_a_run_is_repeated_from_its_config_yaml_and_the_command_line_wins(tmp_path, bbbp_subset):
-    first, again, changed = tmp_path / "first", tmp_path / "again", tmp_path / "changed"
+def test_a_run_is_repeated_from_its_config_yaml(tmp_path, bbbp_subset):
+    first, again = tmp_path / "first", tmp_path / "again"
     flags = [*with_flag(FAST_FLAGS, "--epochs", 1), "--lr-schedule", "cosine", "--seed", "7"]
     assert run_script([SINGLE, bbbp_subset, "--output-dir", first, *flags]).returncode == 0
     saved = yaml.safe_load((first / "config.yaml").read_text())
@@ -48,10 +48,7 @@ def test_a_run_is_repeated_from_its_config_yaml_and_the_command_line_wins(tmp_pa
     assert run_script([SINGLE, *config, "--output-dir", again]).returncode == 0
     assert _history(again, "dev_roc_auc") == _history(first, "dev_roc_auc")
     assert (again / "config.yaml").read_text() == (first / "config.yaml").read_text()
-    # a flag on the command line overrides the file's value
-    assert run_script([SINGLE, *config, "--seed", "8", "--output-dir", changed]).returncode == 0
-    assert yaml.safe_load((changed / "config.yaml").read_text())["seed"] == 8
-    assert _history(changed, "dev_roc_auc") != _history(first, "dev_roc_auc")
+    # a flag on the command line overriding the file's value: unit/test_config.py
 
 
 def test_resume_auto_or_latest_continues_a_run_on_its_schedule(tmp_path, bbbp_subset):
