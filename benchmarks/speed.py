@@ -164,7 +164,7 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
         BinaryClassification,
         RNNPredictor,
         get_ddp_dataloader,
-        lr_schedule,
+        optimization,
         smiles_dataset,
     )
 
@@ -196,7 +196,8 @@ def partorch_setup(args, placement, smiles, labels, tokenizer):
     flags = argparse.Namespace(
         amp=args.amp, batch_size=args.batch_size, accumulate=1, quiet=True, clip_grad_norm=None
     )
-    constant = lr_schedule(optimizer, "constant", warmup_epochs=0, epochs=1, steps_per_epoch=1)
+    schedule = argparse.Namespace(lr_schedule="constant", warmup_epochs=0.0, epochs=1)
+    constant = optimization.lr_schedule(optimizer, schedule, steps_per_epoch=1)
     stream, task = BatchStream(loader), BinaryClassification(["label"])
 
     def run(steps):

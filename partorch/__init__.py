@@ -9,6 +9,7 @@ generic parts the scripts call are importable from `partorch` itself, and
 so, for convenience, are the molecule parts' main names.
 """
 
+from .ddp import optimization
 from .ddp.checkpoint import (
     TrainingState,
     capture_rng,
@@ -27,7 +28,6 @@ from .ddp.logs import setup_logging
 from .ddp.report import write_report
 from .ddp.run_dir import prepare_run_dir
 from .ddp.sampler import LengthBucketBatchSampler
-from .ddp.schedule import lr_schedule
 from .molecules import (
     BinaryClassification,
     BytesTokenizer,
@@ -64,7 +64,7 @@ __all__ = [
     "get_dataloader",
     "get_ddp_dataloader",
     "load_model_dir",
-    "lr_schedule",
+    "optimization",
     "predict",
     "prepare_run_dir",
     "rendezvous",

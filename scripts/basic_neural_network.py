@@ -19,12 +19,11 @@ from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_dataloader, predict, prepare_run_dir
 from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
-from partorch import lr_schedule, setup_logging, write_report
+from partorch import optimization, setup_logging, write_report
 
 DEFAULT_OUTPUT_DIR = "runs/basic"
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
-RUN_ONLY |= {"config"}  # the file the flags came from: they are what counts
 RUN_ONLY |= {"test_every_epoch", "dist_timeout"}
 
 # ============================ ADAPT: your data, model and task ============================
@@ -62,11 +61,7 @@ def build_parser():
     add("--epochs", type=positive_int, default=30, help="maximum epochs")
     add("--patience", type=count, default=10, help="epochs without a better dev score; 0: no limit")
     add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
-    add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
-    add("--weight-decay", type=FlagParser.non_negative(float), default=1e-4, help="AdamW decay")
-    add("--lr-schedule", choices=["constant", "cosine"], default="constant", help="after warmup")
-    add("--warmup-epochs", type=FlagParser.non_negative(float), default=0.0, help="lr rises to it")
-    add("--clip-grad-norm", type=FlagParser.positive(float), help="largest gradient norm a step")
+    optimization.add_flags(training)  # --lr, --weight-decay, a schedule, clipping
     add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
     add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
     add("--random-seed", "--seed", dest="seed", type=count, default=1729, help="seed of it all")
@@ -77,8 +72,7 @@ def build_parser():
     distributed("--dist-timeout", type=positive_int, default=300, help="unused: no peers here")
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
-    add("--resume", nargs="?", const="yes", choices=["yes", "auto", "latest"],
-        help="continue OUTPUT_DIR's snapshot; auto: if it has one; latest: the newest run")
+    add("--resume", **FlagParser.RESUME)  # [yes|auto|latest]
     add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
@@ -103,9 +97,7 @@ def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, dev
             # the batch's mean loss (a sum / the batch)
             scaler.scale(loss / (args.batch_size // world_size)).backward()
             step_loss += loss.detach()
-        if args.clip_grad_norm:  # on the gradients as the optimizer would see them, unscaled
-            scaler.unscale_(optimizer)
-            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm))
+        norms.append(optimization.clip_gradients(model, optimizer, scaler, args.clip_grad_norm))
         scaler.step(optimizer)
         scaler.update()
         scheduler.step()  # the next step's learning rate (warmup, cosine)
@@ -116,10 +108,7 @@ def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, dev
     loss_sum, molecules = totals.sum(dim=1).tolist()
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
-               samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
-    if norms:  # before clipping, so it shows how far the limit cut in; fp16's skipped steps
-        norms = torch.stack(norms)  # (inf gradients, no update) left out
-        row["grad_norm"] = norms[norms.isfinite()].mean().item()
+               samples_per_second=molecules / seconds, **optimization.figures(optimizer, norms))
     return row, (totals[0] / totals[1]).tolist()
 
 
@@ -149,16 +138,14 @@ def train(args, device):
     log.info("%s, %d label columns; rank %d of %d", task.kind, len(task.columns), rank, world_size)
     model, model_hparams = build_model(args, data, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = lr_schedule(optimizer, args.lr_schedule, warmup_epochs=args.warmup_epochs,
-                            epochs=args.epochs, steps_per_epoch=len(train_loader))
+    scheduler = optimization.lr_schedule(optimizer, args, steps_per_epoch=len(train_loader))
     torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output)
     hparams = {**{k: v for k, v in vars(args).items() if k not in RUN_ONLY}, "model": model_hparams}
-    identity = {"hparams": hparams, **data.digests}
     snapshot = output / "checkpoints" / "last.pt"
     parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                 identity=identity)
+                 identity={"hparams": hparams, **data.digests})
     state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
                             world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
@@ -191,8 +178,7 @@ def train(args, device):
                    wall_seconds=time.perf_counter() - started, patience=args.patience)
         final = write_report(output, writer=writer, task=task, state=state, run=run,
                              test=predict(model, loaders["test"], device, data.tta),
-                             descriptions={"hparams": hparams, "task": task.to_dict(),
-                                           **data.descriptions})
+                             descriptions={"hparams": hparams, **data.descriptions})
         print(task.final_line(final), flush=True)
 
 

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from partorch import FlagParser, capture_rng, get_ddp_dataloader, predict, prepare_run_dir
 from partorch import resume_or_start, run_main, save_snapshot, score, set_cpu_threads
-from partorch import lr_schedule, setup_logging, write_report
+from partorch import optimization, setup_logging, write_report
 from partorch import rendezvous  # DDP 1
 from partorch.ddp.distributed import Heartbeat, assert_same_on_all_ranks, check_on_all_ranks  # FT
 from partorch.ddp.distributed import remember_failure  # FT 1
@@ -42,12 +42,11 @@ from partorch.ddp.preemption import Preemption  # FT 7
 DEFAULT_OUTPUT_DIR = "runs/ft"  # FT: its own runs/ft/version_N
 # How or where a run executes, not what it computes: a snapshot may go on with other values
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "epochs", "patience"}
-RUN_ONLY |= {"config"}  # the file the flags came from: they are what counts
 RUN_ONLY |= {"test_every_epoch", "dist_timeout", "bucket_mb"}  # DDP 1
 RUN_ONLY |= {"eval_timeout"}  # FT 4
 RUN_ONLY |= {"distributed_eval"}  # FT 6
 # FT 3: what may differ between nodes (paths, cores)
-PER_NODE = {"dataset", "output_dir", "threads", "num_workers", "config"}
+PER_NODE = {"dataset", "output_dir", "threads", "num_workers"}
 
 # ============================ ADAPT: your data, model and task ============================
 from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
@@ -84,11 +83,7 @@ def build_parser():
     add("--epochs", type=positive_int, default=30, help="maximum epochs")
     add("--patience", type=count, default=10, help="epochs without a better dev score; 0: no limit")
     add("--batch-size", type=positive_int, default=64, help="the GLOBAL batch, over all ranks")
-    add("--lr", type=FlagParser.positive(float), default=1e-3, help="AdamW learning rate")
-    add("--weight-decay", type=FlagParser.non_negative(float), default=1e-4, help="AdamW decay")
-    add("--lr-schedule", choices=["constant", "cosine"], default="constant", help="after warmup")
-    add("--warmup-epochs", type=FlagParser.non_negative(float), default=0.0, help="lr rises to it")
-    add("--clip-grad-norm", type=FlagParser.positive(float), help="largest gradient norm a step")
+    optimization.add_flags(training)  # --lr, --weight-decay, a schedule, clipping
     add("--accumulate", type=positive_int, default=1, help="micro-batches per optimizer step")
     add("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision")
     add("--random-seed", "--seed", dest="seed", type=count, default=1729, help="seed of it all")
@@ -103,8 +98,7 @@ def build_parser():
     distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 6
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
-    add("--resume", nargs="?", const="yes", choices=["yes", "auto", "latest"],
-        help="continue OUTPUT_DIR's snapshot; auto: if it has one; latest: the newest run")
+    add("--resume", **FlagParser.RESUME)  # [yes|auto|latest]
     add("--test-every-epoch", action="store_true", help="score test every epoch, for the curves")
     add("--quiet", action="store_true", help="no progress bar; warnings and the final line only")
     return parser
@@ -131,9 +125,7 @@ def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, dev
                 # the batch's mean loss (a sum / the batch); DDP averages the ranks' gradients
                 scaler.scale(loss / (args.batch_size // world_size)).backward()
             step_loss += loss.detach()
-        if args.clip_grad_norm:  # on the gradients as the optimizer would see them, unscaled
-            scaler.unscale_(optimizer)
-            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm))
+        norms.append(optimization.clip_gradients(model, optimizer, scaler, args.clip_grad_norm))
         scaler.step(optimizer)
         scaler.update()
         scheduler.step()  # the next step's learning rate (warmup, cosine)
@@ -146,10 +138,7 @@ def train_one_epoch(model, optimizer, scheduler, scaler, loader, task, args, dev
     loss_sum, molecules = totals.sum(dim=1).tolist()
     seconds = time.perf_counter() - started
     row = dict(train_loss=loss_sum / molecules, molecules=int(molecules), seconds=seconds,
-               samples_per_second=molecules / seconds, lr=optimizer.param_groups[0]["lr"])
-    if norms:  # before clipping, so it shows how far the limit cut in; fp16's skipped steps
-        norms = torch.stack(norms)  # (inf gradients, no update) left out
-        row["grad_norm"] = norms[norms.isfinite()].mean().item()
+               samples_per_second=molecules / seconds, **optimization.figures(optimizer, norms))
     return row, (totals[0] / totals[1]).tolist()
 
 
@@ -172,9 +161,8 @@ def snapshot_on_all_ranks(path, state, parts, master_process):  # FT 5, FT 7
 
 
 def main(args):
-    # DDP 1: join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT...):
-    # rendezvous() gives each restart of the job keys of its own in torchrun's store (a restart
-    # must never dial its dead workers), and plain python a group of one
+    # DDP 1: join the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT); rendezvous()
+    # keys each restart apart in torchrun's store (none dials dead workers); plain python: one rank
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
@@ -226,17 +214,15 @@ def train(args, device):
     ddp_model = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=args.bucket_mb,
                                         gradient_as_bucket_view=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = lr_schedule(optimizer, args.lr_schedule, warmup_epochs=args.warmup_epochs,
-                            epochs=args.epochs, steps_per_epoch=len(train_loader))
+    scheduler = optimization.lr_schedule(optimizer, args, steps_per_epoch=len(train_loader))
     torch.manual_seed(args.seed * 100_003 + rank)  # dropout: (seed, rank), each rank its masks
     scaler = torch.amp.GradScaler(enabled=args.amp == "fp16")
     writer = SummaryWriter(output) if master_process else None  # DDP 6: one writer for the job
     hparams = {**{k: v for k, v in vars(args).items() if k not in RUN_ONLY}, "model": model_hparams}
-    identity = {"hparams": hparams, **data.digests}
     snapshot = output / "checkpoints" / "last.pt"
     # DDP 7: a job that torchrun restarted (a worker died) continues from its last snapshot
     parts = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                 identity=identity)
+                 identity={"hparams": hparams, **data.digests})
     state = resume_or_start(snapshot, resume=args.resume, worst_score=task.worst_score, rank=rank,
                             world_size=world_size, **parts)
     started -= state.seconds  # a resumed run's clock goes on from its snapshot's
@@ -299,8 +285,7 @@ def train(args, device):
         final = write_report(output, writer=writer, task=task, state=state, run=run,
                              test=test if args.distributed_eval else predict(  # FT 6
                                  model, loaders["test"], device, data.tta),
-                             descriptions={"hparams": hparams, "task": task.to_dict(),
-                                           **data.descriptions})
+                             descriptions={"hparams": hparams, **data.descriptions})
         print(task.final_line(final), flush=True)
 
 

@@ -10,7 +10,6 @@ of them imports a molecule part.
     loaders      get_dataloader / get_ddp_dataloader
     files        atomic writes
     checkpoint   snapshots and resume, the saved model folder
-    schedule     the learning rate over a run: warmup, constant or cosine
     preemption   SIGTERM: every rank stops after the same step
     run_dir      the run's output folder, agreed by every rank, with its config.yaml
     evaluation   model outputs over a loader
@@ -19,4 +18,5 @@ of them imports a molecule part.
     plots        the figures (matplotlib, imported when drawing)
     config       --config files and each run's config.yaml
     flags        the scripts' argparse parser
+    optimization the optimizer's steps: their flags, the lr schedule, gradient clipping
 """

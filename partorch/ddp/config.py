@@ -17,7 +17,7 @@ from .files import atomic_write_text
 CONFIG_FILE = "config.yaml"
 # Where and whether a run continues, not what it computes: the reader of a run's config.yaml
 # starts a new run, in a folder of its own
-NOT_SAVED = ("config", "output_dir", "resume")
+NOT_SAVED = ("output_dir", "resume")
 
 
 class ConfigError(ValueError):

@@ -37,6 +37,16 @@ def _bounded(kind, holds, rule, adjective):
 class FlagParser(argparse.ArgumentParser):
     """An ArgumentParser for a training script whose docstring is its description."""
 
+    # --resume's arguments, for a script's `add_argument("--resume", **FlagParser.RESUME)`;
+    # parse_args checks each mode against --output-dir
+    RESUME = dict(
+        nargs="?",
+        const="yes",
+        choices=["yes", "auto", "latest"],
+        help="continue OUTPUT_DIR's snapshot (--resume alone: it must exist); auto: if there is "
+        "one, else start (a requeued job); latest: the newest unfinished run in the default folder",
+    )
+
     def __init__(self, doc):
         super().__init__(description=doc, formatter_class=_Formatter)
         self.add_argument(
@@ -87,6 +97,7 @@ class FlagParser(argparse.ArgumentParser):
             except ConfigError as exc:
                 self.error(str(exc))
         parsed = super().parse_args(args, namespace)
+        del parsed.config  # where the flags came from: their values are the run's flags
         resume = getattr(parsed, "resume", None)
         if resume in ("yes", "auto") and getattr(parsed, "output_dir", "") is None:
             flag = "--resume auto" if resume == "auto" else "--resume"

@@ -37,7 +37,8 @@ def write_report(output_dir, *, writer, task, state, test, run, descriptions):
     """`test` is (targets, outputs) of the best weights on the test split;
     `run` the run's own figures (world size, batch, wall seconds...), to which
     the training speed is added from the history's `molecules` and `seconds`;
-    `descriptions` the JSON files saved beside the model."""
+    `descriptions` the JSON files saved beside the model (task.json, from `task`, among
+    them)."""
     output = Path(output_dir)
     targets, outputs = test
     # every epoch's molecules over every epoch's seconds, earlier attempts' too
@@ -45,6 +46,7 @@ def write_report(output_dir, *, writer, task, state, test, run, descriptions):
     molecules, seconds = (sum(column) for column in zip(*trained)) if trained else (0, 0.0)
     run = {**run, "train_samples_per_second": molecules / max(seconds, 1e-9)}
     test_metrics = task.metrics(targets, outputs)
+    descriptions = {"task": task.to_dict(), **descriptions}
     save_model_dir(output, state.best_state, descriptions)
     metrics = metrics_record(task, state, test_metrics, run)
     atomic_write_json(metrics, output / "metrics.json")

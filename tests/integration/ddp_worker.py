@@ -18,7 +18,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1] / "scripts")]
 import basic_neural_network_ddp as ddp_script  # noqa: E402
 from helpers import synthetic_molecules  # noqa: E402
 
-from partorch import get_ddp_dataloader, lr_schedule, run_main  # noqa: E402
+from partorch import get_ddp_dataloader, optimization, run_main  # noqa: E402
 from partorch.ddp.distributed import assert_same_on_all_ranks, exit_without_teardown, rendezvous  # noqa: E402
 from partorch.molecules import BinaryClassification, RNNPredictor, SmilesTokenizer, smiles_dataset  # noqa: E402
 
@@ -57,7 +57,8 @@ def uneven_training(opts):
     flags = argparse.Namespace(
         amp="off", batch_size=opts.batch_size, accumulate=1, quiet=True, clip_grad_norm=None
     )
-    constant = lr_schedule(optimizer, "constant", warmup_epochs=0, epochs=2, steps_per_epoch=1)
+    schedule = argparse.Namespace(lr_schedule="constant", warmup_epochs=0.0, epochs=2)
+    constant = optimization.lr_schedule(optimizer, schedule, steps_per_epoch=1)
     steps = []
     for epoch in (1, 2):
         loader.batch_sampler.set_epoch(epoch)

@@ -15,10 +15,11 @@ PACKAGE = ROOT / "partorch"
 LAYERS = [
     {"ddp.errors"},
     {"ddp.logs"},
-    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.files", "ddp.schedule", "ddp.preemption"},
+    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.files", "ddp.preemption"},
     {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation"}
     | {"ddp.config", "ddp.html_report"},
     {"ddp.run_dir", "ddp.report", "ddp.flags"},
+    {"ddp.optimization"},
     {"molecules.chem"},
     {"molecules.table", "molecules.tokenizer"},
     {"molecules.splits", "molecules.datasets", "molecules.tasks", "molecules.rnn"},
