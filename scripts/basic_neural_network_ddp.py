@@ -50,7 +50,7 @@ def build_data(args):
         args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
         task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
         split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
-        tokenizer=args.tokenizer, augment=args.augment, tta=args.tta,
+        tokenizer=args.tokenizer, augment=args.augment, tta=args.tta, init_from=args.init_from,
         class_weight=args.class_weight, max_smiles_length=args.max_smiles_length)
 
 
@@ -60,7 +60,7 @@ def build_model(args, data, device):
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
                    bidirectional=args.bidirectional, num_outputs=len(data.task.output_columns))
-    return molecules.RNNPredictor(**hparams).to(device), hparams
+    return molecules.rnn_predictor(hparams, data.train.tokenizer, args.init_from, device)
 # ========================================= END ADAPT =========================================
 
 

@@ -212,6 +212,14 @@ class TrainingState:
         }
         return merged, paused["step_losses"] + step_losses
 
+    def position(self):
+        """Where the run stands, for the log: the epoch, or the step of the epoch it paused in."""
+        where = f"epoch {self.epoch}"
+        if self.paused:
+            where = f"step {self.paused['step']} of epoch {self.paused['epoch']}"
+        best = f"best dev score {self.best_score:.4f} at epoch {self.best_epoch}"
+        return f"{where} ({best})"
+
     def patience_ran_out(self, patience):
         """Whether `patience` epochs (0: never) passed without a better dev score."""
         if patience and self.epoch - self.best_epoch >= patience:
@@ -248,7 +256,7 @@ def save_snapshot(path, *, model, optimizer, scaler, state, rng_states, identity
     )
 
 
-def resume_or_start(path, *, resume, worst_score, rank, world_size, **parts):
+def resume_or_start(path, *, resume, rank, world_size, worst_score=None, fresh=None, **parts):
     """The TrainingState to train from: the snapshot at `path` loaded into
     `parts` (model, optimizer, scheduler, scaler, identity: see
     `restore_snapshot`) and this rank's random state, or a fresh state.
@@ -259,40 +267,46 @@ def resume_or_start(path, *, resume, worst_score, rank, world_size, **parts):
     `resume`: None, or "yes" (True) and "latest" (a missing snapshot is an
     error), or "auto" (a missing one starts the run).
     `identity` must match the snapshot's (flags that define the result,
-    digests of the data): another run's snapshot is refused."""
+    digests of the data): another run's snapshot is refused.
+    A fresh run starts from `fresh`, by default TrainingState(best_score=worst_score); a
+    snapshot's state is restored as the same type."""
     path = Path(path)
+    fresh = fresh or TrainingState(best_score=worst_score)
     if path.exists():
-        state = _continue(path, resume, rank, world_size, parts)
+        state = _continue(path, resume, rank, world_size, parts, type(fresh))
     elif resume and resume != "auto":  # auto: a requeued job that may not have got so far
         raise CheckpointError(f"--resume: there is no snapshot at {path}")
     else:
-        state = TrainingState(best_score=worst_score)
+        state = fresh
     state.job = torchrun_job_key()  # the job writing the snapshots from now on: its restarts resume
     return state
 
 
-def _continue(path, resume, rank, world_size, parts):
+def _continue(path, resume, rank, world_size, parts, state_type):
     snapshot = load_state(path)
     if not (resume or is_restart_of(snapshot.get("state", {}).get("job"))):
         raise CheckpointError(
             f"{path.parent.parent} holds an earlier run (its snapshot {path}): continue it with "
             "--resume, or choose another --output-dir"
         )
-    state = restore_snapshot(snapshot, rank=rank, world_size=world_size, **parts)
-    where = f"epoch {state.epoch}"
-    if state.paused:
-        where = f"step {state.paused['step']} of epoch {state.paused['epoch']}"
-    log.info(
-        "resumed from the snapshot after %s (best dev score %.4f at epoch %d)",
-        where,
-        state.best_score,
-        state.best_epoch,
+    state = restore_snapshot(
+        snapshot, rank=rank, world_size=world_size, state_type=state_type, **parts
     )
+    log.info("resumed from the snapshot after %s", state.position())
     return state
 
 
 def restore_snapshot(
-    snapshot, *, model, optimizer, scaler, identity, rank, world_size, scheduler=None
+    snapshot,
+    *,
+    model,
+    optimizer,
+    scaler,
+    identity,
+    rank,
+    world_size,
+    scheduler=None,
+    state_type=None,
 ):
     """Load a snapshot of *this* run into model, optimiser, schedule and
     scaler, and this rank's random state; return its TrainingState."""
@@ -320,7 +334,7 @@ def restore_snapshot(
         raise CheckpointError(
             f"the snapshot does not fit this model and these flags ({str(exc)[:200]})"
         ) from None
-    state = TrainingState(**snapshot["state"])
+    state = (state_type or TrainingState)(**snapshot["state"])
     if len(snapshot["rng"]) == world_size:
         restore_rng(snapshot["rng"][rank])
     # an elastic job that came back with more or fewer ranks: one rank's state cannot serve all

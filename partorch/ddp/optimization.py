@@ -31,19 +31,57 @@ def add_flags(group):
         help="epochs of linear warmup up to --lr (a fraction is fine)",
     )
     add(
+        "--freeze-pretrained-epochs",
+        type=FlagParser.non_negative(float),
+        default=0.0,
+        help="with a pretrained start (--init-from): epochs that train only the new layers",
+    )
+    add(
         "--clip-grad-norm",
         type=FlagParser.positive(float),
         help="largest norm of a step's gradient (off by default)",
     )
 
 
-def lr_schedule(optimizer, args, steps_per_epoch):
-    """A LambdaLR on `optimizer` from the flags of `add_flags` and --epochs; call its step()
-    after every optimizer step."""
+def lr_schedule(optimizer, args, steps_per_epoch, total_steps=None):
+    """A LambdaLR on `optimizer` from the flags of `add_flags` and --epochs (or `total_steps`,
+    where a run stops sooner); call its step() after every optimizer step. With
+    --freeze-pretrained-epochs, the parameters a model marked `pretrained` (see
+    `mark_pretrained`) stay as loaded for that many epochs."""
     if args.lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"unknown schedule {args.lr_schedule!r}: choose one of {LR_SCHEDULES}")
     warmup = round(args.warmup_epochs * steps_per_epoch)
-    return LambdaLR(optimizer, _Factor(args.lr_schedule, warmup, args.epochs * steps_per_epoch))
+    total = total_steps or args.epochs * steps_per_epoch
+    scheduler = LambdaLR(optimizer, _Factor(args.lr_schedule, warmup, total))
+    frozen_steps = round(getattr(args, "freeze_pretrained_epochs", 0) * steps_per_epoch)
+    if frozen_steps:
+        optimizer.register_step_pre_hook(_Freeze(scheduler, frozen_steps))
+    return scheduler
+
+
+def mark_pretrained(parameters):
+    """Mark parameters loaded from a pretrained model, for --freeze-pretrained-epochs."""
+    for parameter in parameters:
+        parameter.pretrained = True
+
+
+class _Freeze:
+    """An optimizer step pre-hook: while the schedule has taken fewer than `steps` steps (its
+    count travels with the snapshot), the pretrained parameters' gradients are dropped, so
+    the optimizer skips them: no update, no weight decay, no Adam moments. Their gradients
+    are still computed and all-reduced: DDP expects a gradient for every parameter, and
+    turning requires_grad off after the DDP wrap would leave them out of its buckets."""
+
+    def __init__(self, scheduler, steps):
+        self.scheduler, self.steps = scheduler, steps
+
+    def __call__(self, optimizer, args, kwargs):
+        if self.scheduler.last_epoch >= self.steps:
+            return
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                if getattr(parameter, "pretrained", False):
+                    parameter.grad = None
 
 
 class _Factor:

@@ -9,6 +9,8 @@ task replaces (the scripts' ADAPT block calls them).
     tasks      loss and metrics: classification, multi-task, regression
     data       CSV to TrainingData in one call (what the scripts use)
     rnn        the recurrent model (no loss, no optimiser, no DDP)
+    prepared   a CSV prepared once into memory-mapped arrays (large corpora)
+    pretraining  the masked-token objective, and --init-from's fine-tuning start
     inference  model outputs for new SMILES
     flags      the flags of the parts above
 """
@@ -17,6 +19,7 @@ from .data import molecule_data
 from .datasets import SmilesDataset, smiles_dataset
 from .flags import add_molecule_flags
 from .inference import predict_smiles
+from .pretraining import rnn_predictor
 from .rnn import RNNPredictor
 from .splits import split_indices
 from .table import read_molecule_csv
@@ -34,6 +37,7 @@ __all__ = [
     "molecule_data",
     "predict_smiles",
     "read_molecule_csv",
+    "rnn_predictor",
     "smiles_dataset",
     "split_indices",
     "task_from_dict",

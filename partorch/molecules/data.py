@@ -8,10 +8,11 @@ from ..ddp.data import TrainingData
 from ..ddp.distributed import digest
 from ..ddp.logs import log
 from .datasets import smiles_dataset
+from .pretraining import pretrained_tokens
 from .splits import DEFAULT_SIZES, describe_split, split_molecules
 from .table import MAX_SMILES_LENGTH, drop_long_smiles, read_molecule_csv, timed
 from .tasks import build_task, choose_task_kind
-from .tokenizer import build_tokenizer
+from .tokenizer import build_tokenizer, unseen_token_warning
 
 
 def molecule_data(
@@ -31,9 +32,11 @@ def molecule_data(
     tta=0,
     class_weight="none",
     max_smiles_length=MAX_SMILES_LENGTH,
+    init_from=None,
 ):
     """TrainingData for the molecules of a CSV; the arguments are the flags
-    of `add_molecule_flags` (see their help) and the run's seed."""
+    of `add_molecule_flags` (see their help) and the run's seed. With `init_from`
+    (a pretrained encoder's folder) the vocabulary extends the encoder's."""
     parse = validate_smiles or "scaffold" in split
     table = read_molecule_csv(
         path, smiles_column, label_columns, strict=strict, smiles_form=smiles_form, parse=parse
@@ -43,8 +46,10 @@ def molecule_data(
     with timed(f"{split} split"):
         splits = split_molecules(table, split, seed, kind, split_sizes)
     the_task = build_task(kind, table, splits, class_weight)
+    base_tokens = pretrained_tokens(init_from) if init_from else ()
     with timed(f"{tokenizer} vocabulary"):
-        vocabulary = build_tokenizer(tokenizer, table, random_smiles=augment or tta > 0)
+        vocabulary = build_tokenizer(tokenizer, table, augment or tta > 0, base_tokens)
+    unseen = unseen_token_warning(table, base_tokens, path) if init_from else None
     datasets = _datasets(table, splits, vocabulary, seed, augment, tta)
     log.info(
         "%s: train %d, dev %d, test %d molecules (%s split)",
@@ -66,7 +71,7 @@ def molecule_data(
             "split": digest(splits.as_lists()),
             "vocabulary": digest(vocabulary.to_dict()),
         },
-        warnings=table.warnings,
+        warnings=table.warnings + ([unseen] if unseen else []),
         tta=tta,
     )
 

@@ -65,6 +65,13 @@ def add_molecule_flags(data, model=None):
     )
     if model is not None:
         add_rnn_flags(model)
+        model.add_argument(
+            "--init-from",
+            metavar="FOLDER",
+            help="start the embedding and LSTM from a pretrained encoder (a folder of "
+            "scripts/pretrain_ddp.py, or models/...): its sizes and vocabulary, extended by "
+            "this data's new tokens; see also --freeze-pretrained-epochs",
+        )
 
 
 def add_split_flags(data):

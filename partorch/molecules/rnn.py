@@ -5,7 +5,7 @@ No optimizer, no loss and no distributed logic live here.
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..ddp.errors import PartorchError
 
@@ -53,21 +53,16 @@ def _rename_per_layer_weights(state_dict, prefix, *_):
         )
 
 
-class RNNPredictor(nn.Module):
+class RNNEncoder(nn.Module):
+    """Token embedding and LSTM layers: what a classifier and a pretrained language model
+    share (their weights are named alike, so one's load into the other's: --init-from)."""
+
     def __init__(
-        self,
-        vocab_size,
-        *,
-        embedding_dim=128,
-        d_model=128,
-        num_layers=3,
-        bidirectional=True,
+        self, vocab_size, *, embedding_dim=128, d_model=128, num_layers=3, bidirectional=True,
         dropout=0.2,
-        num_outputs=1,
-    ):
+    ):  # fmt: skip
         super().__init__()
-        self.bidirectional, self.num_outputs = bidirectional, num_outputs
-        directions = 2 if bidirectional else 1
+        self.bidirectional = bidirectional
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=0)
         # All layers and directions in one nn.LSTM: a batch of one length runs it as a single
         # fused call (oneDNN, cuDNN); batches of mixed lengths run its weights layer by layer.
@@ -80,13 +75,11 @@ class RNNPredictor(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Sequential(
-            nn.Linear(directions * d_model, d_model),
-            nn.ReLU(),
-            nn.Dropout(dropout),
-            nn.Linear(d_model, num_outputs),
-        )
         self._register_load_state_dict_pre_hook(_rename_per_layer_weights)
+
+    @property
+    def output_size(self):
+        return self.lstm.hidden_size * (2 if self.bidirectional else 1)
 
     @staticmethod
     def check_amp(amp, device):
@@ -108,16 +101,40 @@ class RNNPredictor(nn.Module):
             return self._encode_packed(x, lengths)
         return self._encode_mixed_lengths(x, lengths)
 
+    def _encode_packed(self, x, lengths):
+        return self._last_layer(self.lstm(self._packed(x, lengths))[1][0])
+
+    def _encode_mixed_lengths(self, x, lengths):
+        outputs = self._outputs_mixed_lengths(x, lengths)
+        last = (lengths.to(x.device) - 1).view(-1, 1, 1).expand(-1, 1, outputs.shape[-1])
+        forward_final = outputs.gather(1, last).squeeze(1)
+        if not self.bidirectional:
+            return forward_final
+        d = outputs.shape[-1] // 2
+        # forward half at the last token, backward half at the first, where the backward pass ends
+        return torch.cat([forward_final[:, :d], outputs[:, 0, d:]], dim=-1)
+
+    def sequence_outputs(self, tokens, lengths):
+        """The last layer's output at every token [batch, time, output_size] (padding's
+        positions hold whatever: a loss must skip them)."""
+        x = self.embedding(tokens)
+        if bool((lengths == tokens.shape[1]).all()):
+            return self.lstm(x)[0]
+        if x.is_cuda:
+            packed = self.lstm(self._packed(x, lengths))[0]
+            return pad_packed_sequence(packed, batch_first=True, total_length=x.shape[1])[0]
+        return self._outputs_mixed_lengths(x, lengths)
+
     def _last_layer(self, final):
         """The last layer's final states from nn.LSTM's h_n [layers x directions, batch,
         d_model]."""
         return torch.cat([final[-2], final[-1]], dim=-1) if self.bidirectional else final[-1]
 
-    def _encode_packed(self, x, lengths):
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        return self._last_layer(self.lstm(packed)[1][0])
+    @staticmethod
+    def _packed(x, lengths):
+        return pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
 
-    def _encode_mixed_lengths(self, x, lengths):
+    def _outputs_mixed_lengths(self, x, lengths):
         """The same function as the fused call, exact for padded molecules: the
         backward direction reads each molecule reversed in place, starting at
         its real last token, so no molecule depends on its batch's padding."""
@@ -132,13 +149,7 @@ class RNNPredictor(nn.Module):
                     )
                 )
             x = torch.cat(outputs, dim=-1)
-        last = (lengths.to(x.device) - 1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
-        forward_final = x.gather(1, last).squeeze(1)
-        if not self.bidirectional:
-            return forward_final
-        d = x.shape[-1] // 2
-        # forward half at the last token, backward half at the first, where the backward pass ends
-        return torch.cat([forward_final[:, :d], x[:, 0, d:]], dim=-1)
+        return x
 
     def _run_layer(self, x, layer, direction):
         """One layer, one direction of self.lstm, on [batch, time, features]."""
@@ -151,6 +162,21 @@ class RNNPredictor(nn.Module):
             x, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True
         )
         return output
+
+
+class RNNPredictor(RNNEncoder):
+    """The encoder, then a small MLP head: one output per task."""
+
+    def __init__(self, vocab_size, *, num_outputs=1, dropout=0.2, **encoder):
+        super().__init__(vocab_size, dropout=dropout, **encoder)
+        self.num_outputs = num_outputs
+        d_model = self.lstm.hidden_size
+        self.head = nn.Sequential(
+            nn.Linear(self.output_size, d_model),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(d_model, num_outputs),
+        )
 
     def forward(self, tokens, lengths):
         """Outputs [batch, num_outputs]: logits for classification, standardised values

@@ -5,6 +5,7 @@ numeric label columns. Every problem names the file, the column and the rows
 from contextlib import contextmanager
 import csv
 from dataclasses import dataclass, replace
+import gzip
 import logging
 import os
 import time
@@ -77,9 +78,12 @@ def first_rows(rows, limit=5):
 
 
 def _looks_binary(path):
+    """A NUL byte at the start: not text (a gzip file is read as the text it holds)."""
     try:
-        with open(path, "rb") as f:
+        with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as f:
             return b"\0" in f.read(4096)
+    except gzip.BadGzipFile:
+        return True
     except OSError:
         return False  # let pandas say why it cannot be read
 
@@ -115,7 +119,8 @@ def read_frame(path):
 
 def _longer_rows(path):
     """Which rows hold more fields than the header: values pandas would drop without a word."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as f:
         lines = csv.reader(f)
         width = len(next(lines))
         longer = [lines.line_num for row in lines if len(row) > width]
@@ -149,6 +154,8 @@ def resolve_columns(requested, columns, path):
 
 
 def _parse_numbers(path, frame, columns, rows):
+    if not columns:  # a corpus without labels (pretraining)
+        return np.zeros((len(frame), 0))
     values = frame[columns].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     given = frame[columns].notna().to_numpy()
     _refuse_cells(path, frame, columns, rows, given & ~np.isfinite(values), "must hold numbers")
@@ -190,26 +197,34 @@ def read_molecule_csv(
         )
     with timed(f"read {path}") as phase:
         frame = read_frame(path)
-        table = _validated(frame, path, smiles_column, label_columns, strict)
+        table = validate_frame(frame, path, smiles_column, label_columns, strict)
         phase.what += f" ({len(frame):,} rows)"
     if parse or smiles_form == "canonical":
         table = _parsed(table, strict, smiles_form == "canonical")
     # after canonicalising: one molecule written in two styles is one molecule
     return replace(
-        table, warnings=table.warnings + _repeat_warnings(path, table.smiles, table.labels)
+        table, warnings=table.warnings + repeat_warnings(path, table.smiles, table.labels)
     )
 
 
-def _validated(frame, path, smiles_column, label_columns, strict):
+def _smiles_column(name, columns, path):
+    """`name`, or the one column spelled like it in other letter case (MOSES's "SMILES")."""
+    if name in columns:
+        return name
+    alike = [c for c in columns if c.lower() == name.lower()]
+    if len(alike) == 1:
+        return alike[0]
+    raise DataError(f"{path}: no column {name!r}; the columns are {list(columns)}")
+
+
+def validate_frame(frame, path, smiles_column, label_columns, strict):
     """The frame's molecules and labels, checked, as a MoleculeTable."""
-    if smiles_column not in frame.columns:
-        raise DataError(
-            f"{path}: no column {smiles_column!r}; the columns are {list(frame.columns)}"
-        )
+    smiles_column = _smiles_column(smiles_column, frame.columns, path)
     columns = resolve_columns(list(label_columns), frame.columns, path)
     rows = np.arange(len(frame)) + 2
     warnings = []
-    unlabelled = frame[columns].isna().all(axis=1).to_numpy()
+    # no label columns (a pretraining corpus): no row lacks a label
+    unlabelled = frame[columns].isna().all(axis=1).to_numpy() & bool(columns)
     if unlabelled.any():
         names = " or ".join(map(repr, columns))
         message = (
@@ -249,7 +264,7 @@ def _parsed(table, strict, canonical):
     return drop_rows(table, bad, "have SMILES that RDKit cannot parse")
 
 
-def _repeat_warnings(path, smiles, labels):
+def repeat_warnings(path, smiles, labels):
     """Molecules given more than once: a random split can put copies in train and test."""
     counts = pd.Series(smiles).value_counts()
     repeated = counts[counts > 1]

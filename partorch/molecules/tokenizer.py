@@ -90,16 +90,26 @@ class SmilesTokenizer:
         return {"type": self.name, "tokens": self.tokens}
 
 
-def build_tokenizer(kind, table, random_smiles=False):
+def build_tokenizer(kind, table, random_smiles=False, base_tokens=()):
     """The tokenizer for a MoleculeTable, its vocabulary built from the whole
     file (every rank reads the same file, so every rank builds the same one).
     With `random_smiles` (augmentation), the vocabulary also covers what
-    random SMILES of these molecules can contain, so they never meet <unk>."""
+    random SMILES of these molecules can contain, so they never meet <unk>.
+    With `base_tokens` (a pretrained encoder's vocabulary), those come first, in
+    their order, and the file's tokens they lack follow, sorted: the encoder's
+    ids keep their meaning and each new token gets an embedding of its own."""
+    if kind == "bytes" and base_tokens:
+        raise TokenizerError(
+            "the bytes tokenizer's vocabulary is fixed: it cannot extend a pretrained "
+            "encoder's (use --tokenizer smiles with --init-from)"
+        )
     if kind == "bytes":
         tokenizer = BytesTokenizer()
     elif kind == "smiles":
         extra = augmentation_vocabulary_strings(table.smiles) if random_smiles else []
         tokenizer = SmilesTokenizer.build(table.smiles + extra)
+        new = [t for t in tokenizer.tokens if t not in set(base_tokens)]
+        tokenizer = SmilesTokenizer(list(base_tokens) + new) if base_tokens else tokenizer
     else:
         raise TokenizerError(f"unknown tokenizer {kind!r}: choose 'smiles' or 'bytes'")
     bad_rows = [row for s, row in zip(table.smiles, table.rows) if not tokenizer.can_encode(s)]
@@ -109,6 +119,25 @@ def build_tokenizer(kind, table, random_smiles=False):
             f"at rows {', '.join(map(str, bad_rows[:5]))}"
         )
     return tokenizer
+
+
+def unseen_token_warning(table, base_tokens, source):
+    """A warning counting the molecules that hold tokens outside `base_tokens` (what a
+    pretrained encoder never saw), naming the most frequent; None when there are none."""
+    known, counts, holding = set(base_tokens), {}, 0
+    for smiles in table.smiles:
+        unseen = set(split_smiles(smiles)) - known
+        holding += bool(unseen)
+        for token in unseen:
+            counts[token] = counts.get(token, 0) + 1
+    if not holding:
+        return None
+    common = ", ".join(sorted(counts, key=counts.get, reverse=True)[:5])
+    return (
+        f"{source}: {holding} of {len(table.smiles)} molecules hold tokens the pretrained "
+        f"encoder never saw (most often {common}): each such token starts from a fresh "
+        "embedding, learnt in fine-tuning"
+    )
 
 
 def tokenizer_from_dict(spec):

@@ -23,6 +23,7 @@ LAYERS = [
     {"molecules.chem"},
     {"molecules.table", "molecules.tokenizer"},
     {"molecules.splits", "molecules.datasets", "molecules.tasks", "molecules.rnn"},
+    {"molecules.prepared", "molecules.pretraining"},
     {"molecules.data", "molecules.inference", "molecules.flags"},
     {"ddp.__init__", "molecules.__init__"},
     {"__init__"},

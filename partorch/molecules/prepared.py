@@ -1,0 +1,405 @@
+"""A corpus prepared once: a CSV's molecules checked, canonicalised and tokenized into flat
+arrays that every rank memory-maps (nanoGPT's train.bin), so that start-up time and memory
+per rank stop growing with the corpus, and a torchrun restart reads nothing again.
+
+    DIR/tokens.bin   every molecule's token ids, concatenated (uint8; uint16 past 256 tokens)
+    DIR/offsets.npy  int64 [molecules + 1]: molecule i is tokens[offsets[i]:offsets[i + 1]]
+    DIR/labels.npy   float32 [molecules, label columns], NaN where a cell is empty
+    DIR/rows.npy     int64 [molecules]: each molecule's row in the source (the header is row 1)
+    DIR/meta.json    the source's size and SHA-256, the options, the vocabulary, the counts,
+                     the rows skipped and why; written last: a folder without it is unfinished
+
+A folder is built beside its final place and renamed into it, so a reader sees a whole corpus
+or none. `ensure_prepared` reuses a folder whose source checksum and options match, and
+rebuilds it when either changed; one process per node builds, the others wait for it.
+"""
+
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+import fcntl
+import hashlib
+import json
+import multiprocessing
+import os
+from pathlib import Path
+import shutil
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..ddp.distributed import available_cores, digest
+from ..ddp.errors import DataError
+from ..ddp.files import atomic_write_json
+from ..ddp.logs import log
+from .chem import canonical_smiles
+from .datasets import collate_token_ids
+from .table import (
+    MAX_SMILES_LENGTH,
+    drop_long_smiles,
+    drop_rows,
+    read_frame,
+    repeat_warnings,
+    shows_progress,
+    timed,
+    validate_frame,
+)
+from .tokenizer import UNK, SmilesTokenizer, split_smiles, tokenizer_from_dict
+
+FORMAT = "partorch-prepared-1"
+META = "meta.json"
+# Below this many molecules one process canonicalises faster than starting a pool.
+POOL_MIN_MOLECULES = 20_000
+CHUNK = 5_000  # molecules per task sent to a pool worker
+VOCABULARY_MODES = ("build", "fixed", "extend")
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What a prepared corpus depends on besides its source; a change means a rebuild.
+    vocabulary: "build" (sorted tokens of this corpus), or, from `base_tokens` (a
+    pretrained encoder's), "fixed" (tokens it lacks become <unk>) or "extend" (they are
+    appended after its tokens, so its ids keep their meaning)."""
+
+    smiles_column: str = "smiles"
+    label_columns: tuple = ()
+    smiles_form: str = "canonical"
+    max_smiles_length: int = MAX_SMILES_LENGTH
+    vocabulary: str = "build"
+    base_tokens: tuple = ()
+
+
+def source_checksum(path, block=1 << 20):
+    sha = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(block):
+                sha.update(chunk)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a CSV file") from None
+    return sha.hexdigest()
+
+
+def corpus_key(source, options):
+    """What a prepared folder must have been built from to be reused."""
+    return digest([FORMAT, source_checksum(source), asdict(options)])
+
+
+def is_prepared(folder):
+    return (Path(folder) / META).is_file()
+
+
+def read_meta(folder):
+    try:
+        return json.loads((Path(folder) / META).read_text())
+    except FileNotFoundError:
+        raise DataError(
+            f"{folder}: not a prepared corpus (no {META}); make one with "
+            "scripts/prepare_data.py CSV --output-dir FOLDER"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{folder / META}: cannot read ({exc})") from None
+
+
+def base_vocabulary(folder):
+    """The tokens of a prepared folder (meta.json) or of a trained or pretrained model's folder
+    (tokenizer.json), in id order: the vocabulary another corpus is prepared in."""
+    folder = Path(folder)
+    if is_prepared(folder):
+        spec = read_meta(folder)["tokenizer"]
+    else:
+        try:
+            spec = json.loads((folder / "tokenizer.json").read_text())
+        except (OSError, ValueError):
+            raise DataError(
+                f"{folder}: neither a prepared corpus (meta.json) nor a model folder "
+                "(tokenizer.json)"
+            ) from None
+    if spec.get("type") != "smiles":
+        raise DataError(f"{folder}: its vocabulary is not a SMILES tokenizer's")
+    return tuple(tokenizer_from_dict(spec).tokens)
+
+
+# ------------------------------------------------------------ building
+def prepare(source, folder, options=PrepareOptions(), workers=None):
+    """Build the prepared corpus of CSV `source` at `folder` (replacing a stale one) and
+    return its meta; a folder already built from this source and these options is kept."""
+    folder, key = Path(folder), corpus_key(source, options)
+    if is_prepared(folder) and read_meta(folder).get("key") == key:
+        log.info("%s: prepared corpus is up to date", folder)
+        return read_meta(folder)
+    started = time.perf_counter()
+    building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    try:
+        meta = _build(source, building, options, workers or available_cores())
+        meta.update(key=key, seconds=round(time.perf_counter() - started, 2))
+        atomic_write_json(meta, building / META)
+        _move_into_place(building, folder, key)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    log.info("start-up: prepared %s in %.1f s", folder, time.perf_counter() - started)
+    return read_meta(folder)
+
+
+def _move_into_place(building, folder, key):
+    """Rename the finished folder into place: atomic, so no reader sees half a corpus. A
+    stale folder there is moved aside first; one that another builder (another node on a
+    shared file system) finished meanwhile from the same source is kept."""
+    if folder.exists():
+        if is_prepared(folder) and read_meta(folder).get("key") == key:
+            return
+        stale = folder.with_name(f".{folder.name}.stale-{os.getpid()}")
+        folder.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        building.rename(folder)
+    except OSError:
+        if not (is_prepared(folder) and read_meta(folder).get("key") == key):
+            raise
+
+
+def _build(source, out, options, workers):
+    with timed(f"read {source}"):
+        frame = read_frame(source)
+        table = validate_frame(frame, source, options.smiles_column, options.label_columns, False)
+    chunks = _in_chunks(_tokenized_chunk, table.smiles, options.smiles_form, workers)
+    written = [s for chunk in chunks for s in chunk.smiles]
+    bad = [i for i, s in enumerate(written) if s is None]
+    table = replace(
+        table, smiles=[given if s is None else s for s, given in zip(written, table.smiles)]
+    )
+    long = [
+        i for i, s in enumerate(written) if s is not None and len(s) > options.max_smiles_length
+    ]
+    table = drop_long_smiles(
+        drop_rows(table, bad, "have SMILES that RDKit cannot parse"), options.max_smiles_length
+    )
+    if not table.smiles:
+        raise DataError(f"{source}: no molecule left to prepare")
+    tokenizer = _vocabulary(options, chunks)
+    token_ids, lengths, unseen = _merged(chunks, tokenizer, options.base_tokens)
+    keep = np.ones(len(written), dtype=bool)
+    keep[bad + long] = False
+    token_ids, lengths, unseen = token_ids[np.repeat(keep, lengths)], lengths[keep], unseen[keep]
+    dtype = np.uint8 if tokenizer.vocab_size <= 256 else np.uint16
+    token_ids.astype(dtype).tofile(out / "tokens.bin")
+    np.save(out / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    np.save(out / "labels.npy", table.labels.astype(np.float32))
+    np.save(out / "rows.npy", table.rows.astype(np.int64))
+    return dict(
+        format=FORMAT,
+        source=dict(
+            path=str(source), bytes=os.path.getsize(source), sha256=source_checksum(source)
+        ),
+        options=asdict(options),
+        molecules=len(lengths),
+        tokens=int(lengths.sum()),
+        token_dtype=np.dtype(dtype).name,
+        label_columns=list(table.label_columns),
+        tokenizer=tokenizer.to_dict(),
+        molecules_with_unseen_tokens=int(unseen.sum()),
+        warnings=table.warnings + repeat_warnings(source, table.smiles, table.labels),
+    )
+
+
+@dataclass
+class _Chunk:
+    """What a pool process returns for a chunk of molecules: each SMILES as written (None
+    where RDKit cannot parse it), the chunk's own sorted vocabulary, each molecule's token
+    count and its token ids in that vocabulary, concatenated."""
+
+    smiles: list
+    vocabulary: list
+    lengths: np.ndarray
+    ids: np.ndarray
+
+
+def _in_chunks(work, smiles, smiles_form, workers):
+    """`work` over chunks of `smiles`, in order, over a pool of processes for a big corpus."""
+    canonical = smiles_form == "canonical"
+    chunks = [smiles[i : i + CHUNK] for i in range(0, len(smiles), CHUNK)]
+    what = f"{'canonical' if canonical else 'parsed'} SMILES for {len(smiles):,} molecules"
+    with timed(what), _progress(len(smiles), what) as bar:
+        if len(smiles) < POOL_MIN_MOLECULES or workers == 1:
+            return [_advance(bar, work(chunk, canonical)) for chunk in chunks]
+        # spawn, not fork: the caller may hold threads (torch's, a process group's)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
+            results = pool.map(work, chunks, [canonical] * len(chunks))
+            return [_advance(bar, result) for result in results]
+
+
+def _tokenized_chunk(smiles, canonical):
+    """RDKit's canonical SMILES of a chunk (or, when not `canonical`, a parse check), split
+    into tokens: the slow part of preparing, done in a pool process."""
+    written = canonical_smiles(smiles)
+    if not canonical:
+        written = [given if w is not None else None for given, w in zip(smiles, written)]
+    tokens = [split_smiles(s) if s is not None else [] for s in written]
+    vocabulary = sorted({tok for molecule in tokens for tok in molecule})
+    index = {tok: i for i, tok in enumerate(vocabulary)}
+    ids = np.fromiter((index[tok] for molecule in tokens for tok in molecule), dtype=np.int32)
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    return _Chunk(written, vocabulary, lengths, ids)
+
+
+@contextmanager
+def _progress(total, description):
+    if not shows_progress(total):
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=description, unit="mol", disable=None) as bar:
+        yield bar
+
+
+def _advance(bar, chunk):
+    if bar is not None:
+        bar.update(len(chunk.smiles))
+    return chunk
+
+
+def _vocabulary(options, chunks):
+    seen = set().union(*(chunk.vocabulary for chunk in chunks))
+    if options.vocabulary == "build":
+        return SmilesTokenizer(sorted(seen))
+    base = SmilesTokenizer(list(options.base_tokens))
+    if options.vocabulary == "fixed":
+        return base
+    return SmilesTokenizer(base.tokens + sorted(seen - set(base.tokens)))
+
+
+def _merged(chunks, tokenizer, base_tokens):
+    """(every molecule's ids in `tokenizer`'s vocabulary, concatenated; each molecule's
+    length; whether it holds a token outside `base_tokens`, a pretrained encoder's: <unk>
+    with "fixed", a new, untrained embedding with "extend"). Each chunk's ids are mapped
+    through a table as long as its vocabulary, not token by token."""
+    unk, known = tokenizer.token_to_id[UNK], set(base_tokens)
+    ids, unseen = [], []
+    for chunk in chunks:
+        table = np.array([tokenizer.token_to_id.get(t, unk) for t in chunk.vocabulary] or [0])
+        ids.append(table[chunk.ids])
+        new = np.array([bool(known) and t not in known for t in chunk.vocabulary] + [False])
+        marks = np.concatenate([new[chunk.ids], [False]])  # a last item for empty molecules
+        starts = np.concatenate([[0], np.cumsum(chunk.lengths)[:-1]])
+        unseen.append(np.logical_or.reduceat(marks, starts) & (chunk.lengths > 0))
+    lengths = np.concatenate([chunk.lengths for chunk in chunks])
+    return np.concatenate(ids), lengths, np.concatenate(unseen)
+
+
+# ------------------------------------------------------------ the cache
+def cache_root():
+    """Where training runs keep the corpora they prepare from a CSV: $PARTORCH_CACHE, else
+    $XDG_CACHE_HOME/partorch, else ~/.cache/partorch. Safe to delete: the next run rebuilds."""
+    if os.environ.get("PARTORCH_CACHE"):
+        return Path(os.environ["PARTORCH_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
+
+
+def cached_folder(source, options):
+    """The cache folder of `source` prepared with `options` (a new name when either changes)."""
+    name = Path(source).name.removesuffix(".gz").removesuffix(".csv")
+    return cache_root() / "prepared" / f"{name}-{corpus_key(source, options)[:16]}"
+
+
+def ensure_prepared(source, options=PrepareOptions(), folder=None, workers=None):
+    """The prepared folder for `source`: `folder`, or its place in the cache. Every process
+    of a node may call this at once: the first builds, under a lock, and the others wait for
+    the lock, then find the folder built."""
+    folder = Path(folder) if folder else cached_folder(source, options)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _node_lock(folder.with_name(f".{folder.name}.lock")):
+        prepare(source, folder, options, workers)
+    return folder
+
+
+@contextmanager
+def _node_lock(path, report_after=5.0):
+    with open(path, "a+") as handle:
+        started, reported = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not reported and time.monotonic() - started > report_after:
+                    log.info("waiting for another process preparing %s", path.name)
+                    reported = True
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------ reading
+class PreparedCorpus:
+    """A prepared folder, memory-mapped: only the molecules read are paged in, and the
+    pages are shared by every process of the node (the OS's page cache)."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        self.meta = read_meta(self.folder)
+        if self.meta.get("format") != FORMAT:
+            raise DataError(f"{self.folder}: a prepared corpus of another format")
+        self.offsets = np.load(self.folder / "offsets.npy", mmap_mode="r")
+        self.labels = np.load(self.folder / "labels.npy", mmap_mode="r")
+        self.rows = np.load(self.folder / "rows.npy", mmap_mode="r")
+        self.tokenizer = tokenizer_from_dict(self.meta["tokenizer"])
+        self._tokens = None  # opened on first use: a memmap sent to a loader worker is a copy
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    @property
+    def digest(self):
+        """What every rank can compare without reading the data again."""
+        return self.meta["key"]
+
+    @property
+    def tokens(self):
+        if self._tokens is None:
+            dtype = np.dtype(self.meta["token_dtype"])
+            self._tokens = np.memmap(self.folder / "tokens.bin", dtype=dtype, mode="r")
+        return self._tokens
+
+    def lengths(self, indices=None):
+        lengths = np.diff(self.offsets)
+        return lengths if indices is None else lengths[indices]
+
+    def token_ids(self, i):
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    def smiles(self, i):
+        return self.tokenizer.decode(self.token_ids(i).tolist())
+
+    def __getstate__(self):
+        return {**self.__dict__, "_tokens": None}
+
+
+class PreparedDataset(Dataset):
+    """The molecules `indices` of a prepared corpus, as a SMILES dataset: items of (token
+    ids, targets), read from the memory map when fetched."""
+
+    collate = staticmethod(collate_token_ids)
+
+    def __init__(self, corpus, indices):
+        self.corpus = corpus
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.lengths = corpus.lengths(self.indices)
+        self.tokenizer = corpus.tokenizer
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        index = int(self.indices[i])
+        ids = torch.from_numpy(self.corpus.token_ids(index).astype(np.int64))
+        return ids, torch.from_numpy(np.array(self.corpus.labels[index], dtype=np.float32))

@@ -1,0 +1,131 @@
+"""The large-data path for real: a corpus prepared by scripts/prepare_data.py, a masked-token
+encoder pretrained on it under torchrun, a worker killed mid-epoch whose job resumes at its
+step and trains on exactly the samples an uninterrupted run does, and a classifier fine-tuned
+from the encoder with --init-from."""
+
+import json
+
+from helpers import DDP, FAST_FLAGS, ROOT, SINGLE, error_lines, final_lines, run_script, with_flag
+import pandas as pd
+import pytest
+
+PREPARE = ROOT / "scripts" / "prepare_data.py"
+PRETRAIN = ROOT / "scripts" / "pretrain_ddp.py"
+KILL = ROOT / "tests" / "integration" / "kill_at_step.py"
+# A small encoder and a short run: 22 steps of 64 molecules (an epoch is 20), a snapshot every 4.
+PRETRAIN_FLAGS = ["--embedding-dim", "16", "--d-model", "16", "--num-layers", "2"]
+PRETRAIN_FLAGS += ["--epochs", "2", "--max-steps", "22"]
+PRETRAIN_FLAGS += ["--batch-size", "64", "--eval-molecules", "100", "--log-every-steps", "5"]
+PRETRAIN_FLAGS += ["--snapshot-every-steps", "4", "--eval-every-steps", "10", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, bbbp_path):
+    """BBBP's SMILES without stereo marks and without labels, as a pretraining corpus
+    (gzipped, column SMILES: MOSES's form; like MOSES, it lacks tokens such as [C@@H] that
+    labelled sets hold), prepared by the script."""
+    folder = tmp_path_factory.mktemp("corpus")
+    source = folder / "corpus.csv.gz"
+    smiles = pd.read_csv(bbbp_path)["smiles"]
+    smiles = smiles[~smiles.str.contains("@")]
+    smiles.rename("SMILES").to_csv(source, index=False)
+    prepared = run_script([PREPARE, source, "--output-dir", folder / "prepared"], timeout=120)
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    meta = json.loads((folder / "prepared" / "meta.json").read_text())
+    assert f"{meta['molecules']:,} molecules" in prepared.stdout
+    assert 0.99 * len(smiles) < meta["molecules"] <= len(smiles)  # a few do not parse
+    return folder / "prepared"
+
+
+@pytest.fixture(scope="module")
+def encoder(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pretrain") / "run"
+    result = run_script([PRETRAIN, corpus, "--output-dir", out, *PRETRAIN_FLAGS], nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    finals = [line for line in result.stdout.splitlines() if line.startswith("Final held-out")]
+    assert len(finals) == 1
+    return out
+
+
+def test_pretraining_writes_an_encoder_folder_and_its_figures(encoder):
+    metrics = json.loads((encoder / "metrics.json").read_text())
+    assert metrics["steps"] == 22 and metrics["epoch"] == 2 and metrics["world_size"] == 2
+    assert metrics["tokens"] > 0 and metrics["tokens_per_second"] > 0
+    first, last = metrics["history"][0], metrics["history"][-1]
+    assert [row["step"] for row in metrics["history"]] == [10, 20, 22]
+    assert last["loss"] < first["loss"]  # it learns: the held-out loss falls
+    tokens = json.loads((encoder / "tokenizer.json").read_text())["tokens"]
+    assert tokens[-1] == "<mask>" and json.loads((encoder / "hparams.json").read_text())["model"][
+        "vocab_size"
+    ] == len(tokens)
+    assert list(encoder.glob("events.out.tfevents.*"))
+
+
+def test_a_worker_killed_mid_epoch_resumes_at_its_step_on_the_same_samples(
+    corpus, encoder, tmp_path
+):
+    out = tmp_path / "killed"
+    result = run_script(
+        [KILL, PRETRAIN, corpus, "--output-dir", out, *PRETRAIN_FLAGS],
+        nproc=2,
+        max_restarts=1,
+        env={"KILL_RANK": "1", "KILL_AT_STEP": "10"},  # 2 steps after the snapshot at 8
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (out / "logs" / "rank0.log").read_text()
+    assert "resumed from the snapshot after step 8 of epoch 1" in log
+    resumed = json.loads((out / "metrics.json").read_text())
+    whole = json.loads((encoder / "metrics.json").read_text())
+    # every rank's digest of the token ids it trained on, step by step: the same sequence
+    assert resumed["sample_digests"] == whole["sample_digests"]
+    assert resumed["steps"] == whole["steps"] == 22
+    assert resumed["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-5)
+
+
+def test_fine_tuning_from_the_encoder_takes_its_weights_sizes_and_vocabulary(
+    encoder, bbbp_subset, tmp_path
+):
+    out = tmp_path / "fine"
+    flags = [*FAST_FLAGS, "--freeze-pretrained-epochs", "1", "--output-dir", out]
+    result = run_script([DDP, bbbp_subset, "--init-from", encoder, *flags], nproc=2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(final_lines(result.stdout)) == 1
+    assert "molecules hold tokens the pretrained encoder never saw" in result.stderr
+    model = json.loads((out / "hparams.json").read_text())["model"]
+    assert (model["d_model"], model["num_layers"]) == (16, 2)  # the encoder's, not FAST_FLAGS'
+    pretrained = json.loads((encoder / "tokenizer.json").read_text())["tokens"]
+    tokens = json.loads((out / "tokenizer.json").read_text())["tokens"]
+    assert tokens[: len(pretrained)] == pretrained
+
+
+def test_a_vocabulary_that_cannot_extend_the_encoder_s_is_one_clear_error(encoder, bbbp_subset):
+    result = run_script(
+        [SINGLE, bbbp_subset, "--init-from", encoder, "--tokenizer", "bytes", *FAST_FLAGS]
+    )
+    assert result.returncode != 0
+    assert error_lines(result.stderr) == [
+        "error: the bytes tokenizer's vocabulary is fixed: it cannot extend a pretrained "
+        "encoder's (use --tokenizer smiles with --init-from)"
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_init_from_a_folder_that_holds_no_encoder_is_one_clear_error(bbbp_subset, tmp_path):
+    result = run_script([SINGLE, bbbp_subset, "--init-from", tmp_path, *FAST_FLAGS])
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert len(error_lines(result.stderr)) == 1
+    assert f"--init-from {tmp_path}: not a pretrained encoder's folder" in result.stderr
+
+
+def test_the_pretraining_script_prepares_a_csv_itself_into_the_cache(bbbp_subset, tmp_path):
+    env = {"PARTORCH_CACHE": str(tmp_path / "cache")}
+    flags = [*with_flag(PRETRAIN_FLAGS, "--max-steps", 2), "--output-dir", tmp_path / "run"]
+    result = run_script([PRETRAIN, bbbp_subset, *flags], nproc=2, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    folders = [p for p in (tmp_path / "cache" / "prepared").iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1
+    assert json.loads((folders[0] / "meta.json").read_text())["molecules"] == 298
+    logs = [(tmp_path / "run" / "logs" / f"rank{r}.log").read_text() for r in (0, 1)]
+    # one process of the node built it; the other waited for it and found it built
+    assert sum("start-up: prepared" in log for log in logs) == 1
+    assert sum("prepared corpus is up to date" in log for log in logs) == 1
