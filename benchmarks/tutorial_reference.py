@@ -125,6 +125,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1729)
     parser.add_argument("--label-column", default="p_np")
+    parser.add_argument(
+        "--num-workers", type=int, default=2, help="DataLoader workers (the tutorial's: 2)"
+    )
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     table = read_molecule_csv(args.dataset, label_columns=[args.label_column])
@@ -137,7 +140,11 @@ def main():
             [table.smiles[i] for i in indices], labels[indices], tokenizer
         )
         return DataLoader(
-            dataset, batch_size=256, shuffle=shuffle, collate_fn=collate_unsorted, num_workers=2
+            dataset,
+            batch_size=256,
+            shuffle=shuffle,
+            collate_fn=collate_unsorted,
+            num_workers=args.num_workers,
         )
 
     train, dev, test = (

@@ -121,7 +121,8 @@ def test_lightning_side_by_side_trains_both_and_reports_them(tmp_path, bbbp_subs
 @pytest.mark.timeout(200)
 def test_tutorial_reference_trains_and_reports_a_test_auc(bbbp_subset):
     result = run_script(
-        [BENCHMARKS / "tutorial_reference.py", bbbp_subset, "--epochs", "1"], timeout=180
+        [BENCHMARKS / "tutorial_reference.py", bbbp_subset, "--epochs", "1", "--num-workers", "0"],
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     finals = [
