@@ -3,6 +3,7 @@ against PyTorch Lightning, and against itself on 1, 2, ... processes.
 
     python benchmarks/speed.py --reference --lightning   # BBBP and HIV, writes docs/benchmarks.md
     python benchmarks/speed.py --datasets my.csv --label-column y --steps 10
+    python benchmarks/speed.py --large   # large corpora (benchmarks/large_data.py) only
 
 For each data set it launches, via torchrun, a fixed number of training steps
 of the default model on 1 process with all cores, then 1, 2, ... processes of
@@ -686,7 +687,7 @@ def main():
     parser.add_argument(
         "--output-dir",
         default="docs",
-        help="where benchmarks.md and the plot go (default: %(default)s)",
+        help="where benchmarks.md, the plot and large_data.md go (default: %(default)s)",
     )
     # the worker side, launched by torchrun
     for flag in ("--dataset", "--out"):
@@ -694,9 +695,16 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--loop", default="partorch", help=argparse.SUPPRESS)
+    import large_data  # beside this script (its folder is on sys.path)
+
+    large_data.add_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
+    if args.large:  # alone, only this; with --datasets, --reference or --lightning, those too
+        large_data.run(args, "python benchmarks/speed.py " + " ".join(sys.argv[1:]))
+        if not (args.datasets or args.reference or args.lightning):
+            return
     datasets = (
         [(d, args.smiles_column, args.label_column or "p_np") for d in args.datasets]
         if args.datasets

@@ -42,7 +42,7 @@ from partorch import (
     set_cpu_threads,
     setup_logging,
 )
-from partorch.ddp.distributed import assert_same_on_all_ranks
+from partorch.ddp.distributed import assert_same_on_all_ranks, unique_memory_bytes
 from partorch.ddp.files import atomic_write_json
 from partorch.molecules import pretraining as mlm
 from partorch.molecules.flags import add_rnn_flags
@@ -169,7 +169,7 @@ def train(args, device):
                             fresh=mlm.PretrainingState(sample_digests=[""] * world_size), **parts)
     started -= state.seconds
     trained = state.sample_digests[rank] if len(state.sample_digests) == world_size else ""
-    window = Window(device)
+    window, first_step = Window(device), state.global_step
 
     def take_snapshot():
         window.report(state, optimizer)  # the tokens since the last log line, into the state
@@ -190,6 +190,9 @@ def train(args, device):
             generator = mlm.batch_generator(args.seed, state.epoch, state.step + 1, rank)
             loss, count = train_step(ddp_model, optimizer, scheduler, batch, mask_id, generator,
                                      args, device, world_size)
+            if state.global_step == first_step:  # what benchmarks/speed.py --large reads
+                log.info("start-up: first optimizer step taken; unique memory %.0f MB",
+                         (unique_memory_bytes() or 0) / 2**20)
             trained = mlm.running_digest(trained, batch.inputs[0])
             state.step, state.global_step = state.step + 1, state.global_step + 1
             window.add(loss, count, batch.inputs[1].sum())

@@ -29,6 +29,18 @@ def available_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def unique_memory_bytes():
+    """This process's unique set size (USS: the pages no other process shares, what ending it
+    would free), from Linux's /proc; None elsewhere. Pages of a memory-mapped file count only
+    in the page cache, which every rank of the node shares."""
+    try:
+        lines = open("/proc/self/smaps_rollup").read().splitlines()
+    except OSError:
+        return None
+    fields = (line.split() for line in lines if line.startswith(("Private_Clean", "Private_Dirty")))
+    return sum(int(kilobytes) for _, kilobytes, *_ in fields) * 1024
+
+
 def set_cpu_threads(processes_on_this_host, threads=None):
     """Split the cores between the processes of this host (oversubscribed
     threads spin against each other and run slower than fewer threads)."""

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 import shutil
 import time
+import uuid
 
 import numpy as np
 import torch
@@ -84,9 +85,9 @@ def source_checksum(path, block=1 << 20):
     return sha.hexdigest()
 
 
-def corpus_key(source, options):
+def corpus_key(source, options, checksum=None):
     """What a prepared folder must have been built from to be reused."""
-    return digest([FORMAT, source_checksum(source), asdict(options)])
+    return digest([FORMAT, checksum or source_checksum(source), asdict(options)])
 
 
 def is_prepared(folder):
@@ -128,17 +129,19 @@ def base_vocabulary(folder):
 def prepare(source, folder, options=PrepareOptions(), workers=None):
     """Build the prepared corpus of CSV `source` at `folder` (replacing a stale one) and
     return its meta; a folder already built from this source and these options is kept."""
-    folder, key = Path(folder), corpus_key(source, options)
+    checksum = source_checksum(source)
+    folder, key = Path(folder), corpus_key(source, options, checksum)
     if is_prepared(folder) and read_meta(folder).get("key") == key:
         log.info("%s: prepared corpus is up to date", folder)
         return read_meta(folder)
     started = time.perf_counter()
-    building = folder.with_name(f".{folder.name}.building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
+    # a name no other builder uses, even on another node sharing the file system
+    building = folder.with_name(f".{folder.name}.building-{uuid.uuid4().hex[:12]}")
     building.mkdir(parents=True)
     try:
         meta = _build(source, building, options, workers or available_cores())
-        meta.update(key=key, seconds=round(time.perf_counter() - started, 2))
+        source_entry = dict(path=str(source), bytes=os.path.getsize(source), sha256=checksum)
+        meta.update(source=source_entry, key=key, seconds=round(time.perf_counter() - started, 2))
         atomic_write_json(meta, building / META)
         _move_into_place(building, folder, key)
     finally:
@@ -154,7 +157,7 @@ def _move_into_place(building, folder, key):
     if folder.exists():
         if is_prepared(folder) and read_meta(folder).get("key") == key:
             return
-        stale = folder.with_name(f".{folder.name}.stale-{os.getpid()}")
+        stale = folder.with_name(f".{folder.name}.stale-{uuid.uuid4().hex[:12]}")
         folder.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
     try:
@@ -170,22 +173,9 @@ def _build(source, out, options, workers):
         table = validate_frame(frame, source, options.smiles_column, options.label_columns, False)
     chunks = _in_chunks(_tokenized_chunk, table.smiles, options.smiles_form, workers)
     written = [s for chunk in chunks for s in chunk.smiles]
-    bad = [i for i, s in enumerate(written) if s is None]
-    table = replace(
-        table, smiles=[given if s is None else s for s, given in zip(written, table.smiles)]
-    )
-    long = [
-        i for i, s in enumerate(written) if s is not None and len(s) > options.max_smiles_length
-    ]
-    table = drop_long_smiles(
-        drop_rows(table, bad, "have SMILES that RDKit cannot parse"), options.max_smiles_length
-    )
-    if not table.smiles:
-        raise DataError(f"{source}: no molecule left to prepare")
+    table, keep = _kept(table, written, options.max_smiles_length)
     tokenizer = _vocabulary(options, chunks)
     token_ids, lengths, unseen = _merged(chunks, tokenizer, options.base_tokens)
-    keep = np.ones(len(written), dtype=bool)
-    keep[bad + long] = False
     token_ids, lengths, unseen = token_ids[np.repeat(keep, lengths)], lengths[keep], unseen[keep]
     dtype = np.uint8 if tokenizer.vocab_size <= 256 else np.uint16
     token_ids.astype(dtype).tofile(out / "tokens.bin")
@@ -194,9 +184,6 @@ def _build(source, out, options, workers):
     np.save(out / "rows.npy", table.rows.astype(np.int64))
     return dict(
         format=FORMAT,
-        source=dict(
-            path=str(source), bytes=os.path.getsize(source), sha256=source_checksum(source)
-        ),
         options=asdict(options),
         molecules=len(lengths),
         tokens=int(lengths.sum()),
@@ -206,6 +193,21 @@ def _build(source, out, options, workers):
         molecules_with_unseen_tokens=int(unseen.sum()),
         warnings=table.warnings + repeat_warnings(source, table.smiles, table.labels),
     )
+
+
+def _kept(table, written, max_length):
+    """(the table with each SMILES as written, without those RDKit cannot parse or longer
+    than `max_length`, with warnings naming their rows; a mask of the molecules kept)."""
+    bad = [i for i, s in enumerate(written) if s is None]
+    long = [i for i, s in enumerate(written) if s is not None and len(s) > max_length]
+    kept = replace(table, smiles=[w or given for w, given in zip(written, table.smiles)])
+    kept = drop_rows(kept, bad, "have SMILES that RDKit cannot parse")
+    kept = drop_long_smiles(kept, max_length)
+    if not kept.smiles:
+        raise DataError(f"{table.source}: no molecule left to prepare")
+    keep = np.ones(len(written), dtype=bool)
+    keep[bad + long] = False
+    return kept, keep
 
 
 @dataclass

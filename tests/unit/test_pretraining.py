@@ -1,0 +1,89 @@
+"""The pretraining parts: masking, the encoder's weights carried into a classifier (and a
+vocabulary that does not fit them refused), and the pretrained weights held still for the
+first epochs of fine-tuning."""
+
+from argparse import Namespace
+
+import pytest
+import torch
+
+from partorch import optimization
+from partorch.ddp.checkpoint import CheckpointError
+from partorch.molecules import pretraining as mlm
+from partorch.molecules.rnn import RNNPredictor
+from partorch.molecules.tokenizer import SmilesTokenizer
+
+SIZES = dict(embedding_dim=8, d_model=8, num_layers=2, bidirectional=True)
+
+
+def test_masking_chooses_real_tokens_only_and_the_same_ones_for_the_same_step():
+    tokens = torch.randint(2, 20, (64, 30))
+    lengths = torch.randint(5, 31, (64,))
+    inputs, targets = mlm.mask_tokens(tokens, lengths, 20, 0.15, mlm.batch_generator(1, 2, 3, 0))
+    chosen = targets != mlm.IGNORED
+    padding = torch.arange(30).unsqueeze(0) >= lengths.unsqueeze(1)
+    assert not chosen[padding].any()
+    assert 0.10 < chosen.sum() / lengths.sum() < 0.20
+    assert torch.equal(targets[chosen], tokens[chosen])
+    assert torch.equal(inputs[~chosen], tokens[~chosen])  # what is not chosen stays
+    assert 0.7 < (inputs[chosen] == 20).float().mean() < 0.9  # mostly <mask>
+    again = mlm.mask_tokens(tokens, lengths, 20, 0.15, mlm.batch_generator(1, 2, 3, 0))
+    assert torch.equal(again[0], inputs) and torch.equal(again[1], targets)
+    other = mlm.mask_tokens(tokens, lengths, 20, 0.15, mlm.batch_generator(1, 2, 4, 0))
+    assert not torch.equal(other[1], targets)  # the next step masks other places
+
+
+def test_the_classifier_starts_from_the_encoder_and_its_new_tokens_from_fresh_rows():
+    pretrained = ("<pad>", "<unk>", "C", "O", "<mask>")
+    encoder = mlm.MaskedTokenModel(len(pretrained), **SIZES)
+    tokens = [*pretrained, "N"]  # the fine-tuning data adds one token
+    model = RNNPredictor(len(tokens), **SIZES)
+    fresh_row = model.embedding.weight[5].clone()
+    mlm.load_encoder(model, tokens, encoder.state_dict(), pretrained, "enc")
+    assert torch.equal(model.embedding.weight[:5], encoder.embedding.weight)
+    assert torch.equal(model.embedding.weight[5], fresh_row)
+    for name, weight in encoder.lstm.named_parameters():
+        assert torch.equal(getattr(model.lstm, name), weight)
+
+
+def test_a_vocabulary_that_does_not_start_with_the_encoder_s_is_refused():
+    pretrained = ("<pad>", "<unk>", "C", "O", "<mask>")
+    encoder = mlm.MaskedTokenModel(len(pretrained), **SIZES)
+    tokens = ["<pad>", "<unk>", "O", "C", "<mask>"]
+    model = RNNPredictor(len(tokens), **SIZES)
+    with pytest.raises(CheckpointError, match="token 2: this run has 'O', the encoder 'C'"):
+        mlm.load_encoder(model, tokens, encoder.state_dict(), pretrained, "enc")
+    wider = RNNPredictor(len(pretrained), **{**SIZES, "d_model": 16})
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        mlm.load_encoder(wider, pretrained, encoder.state_dict(), pretrained, "enc")
+
+
+def test_the_pretrained_weights_stay_put_for_the_frozen_epochs_then_train():
+    model = RNNPredictor(6, **SIZES)
+    optimization.mark_pretrained(model.lstm.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    args = Namespace(lr_schedule="constant", warmup_epochs=0, epochs=3, freeze_pretrained_epochs=1)
+    scheduler = optimization.lr_schedule(optimizer, args, steps_per_epoch=2)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    tokens, lengths = torch.randint(1, 6, (4, 7)), torch.full((4,), 7)
+
+    def step():
+        model(tokens, lengths).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+
+    step(), step()  # the frozen epoch: 2 steps
+    state = model.state_dict()
+    assert all(torch.equal(state[k], start[k]) for k in start if k.startswith("lstm."))
+    assert not torch.equal(state["head.0.weight"], start["head.0.weight"])
+    step()
+    assert not torch.equal(model.state_dict()["lstm.weight_ih_l0"], start["lstm.weight_ih_l0"])
+
+
+def test_the_pretraining_vocabulary_ends_with_mask_and_no_smiles_holds_it():
+    corpus = SmilesTokenizer.build(["CCO", "c1ccccc1"])
+    tokenizer = mlm.pretraining_tokenizer(corpus)
+    assert tokenizer.tokens[: corpus.vocab_size] == corpus.tokens
+    assert tokenizer.tokens[-1] == mlm.MASK
+    assert tokenizer.token_to_id[mlm.MASK] not in tokenizer.encode("C<mask>O")
