@@ -16,7 +16,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SMALL_SETTINGS = {
     "PARTORCH_NOTEBOOK_MOLECULES": "300",
     "PARTORCH_NOTEBOOK_EPOCHS": "2",
-    "PARTORCH_NOTEBOOK_TRIALS": "4",  # 03: 2 worker processes x 2 Optuna trials
+    "PARTORCH_NOTEBOOK_TRIALS": "2",  # 03: 2 worker processes, one Optuna trial each
     "PARTORCH_NOTEBOOK_WORKERS": "2",
     "PARTORCH_NOTEBOOK_TENSORBOARD": "0",  # 02: no TensorBoard server where nobody can look at it
 }

@@ -1,9 +1,11 @@
 """dataset/place_data.py run for real: it verifies the checksum of the file it
 fetches, places NAME.csv atomically (nothing on a mismatch, a good file never
 replaced by a bad one), and prints the training command with the right
-columns; and the training script's error for a data set not yet placed."""
+columns; the MOSES corpus (two large files, gzipped, checked by checksum or by
+content); and the training script's error for a data set not yet placed."""
 
 import csv
+import dataclasses
 import gzip
 import hashlib
 import importlib.util
@@ -28,6 +30,16 @@ def place(*args):
         timeout=120,
         check=False,
     )
+
+
+@pytest.fixture
+def place_data():
+    """The script as a module of its own for this test, so that monkeypatching its constants
+    reaches no other test."""
+    spec = importlib.util.spec_from_file_location("place_data", PLACE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def command_line(stdout):
@@ -108,13 +120,13 @@ def test_a_corrupt_download_of_a_gzipped_set_places_nothing(tmp_path):
     assert list(dest.iterdir()) == []
 
 
-def test_the_gzip_path_verifies_the_packed_bytes_then_decompresses(tmp_path, monkeypatch):
+def test_the_gzip_path_verifies_the_packed_bytes_then_decompresses(
+    tmp_path, monkeypatch, place_data
+):
     """The real sider.csv.gz is not available offline, so the script's own
     functions run with a stand-in mirror entry whose checksum is that of a
     gzip made here: the md5 of the .gz matches, the CSV inside is placed."""
-    spec = importlib.util.spec_from_file_location("place_data", PLACE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = place_data
     csv_bytes = b'smiles,"Injury, poisoning",Eye disorders\nCC,1,0\nCO,0,1\n'
     packed = tmp_path / "sider.csv.gz"
     packed.write_bytes(gzip.compress(csv_bytes))
@@ -228,3 +240,227 @@ def test_a_file_edited_by_hand_is_not_replaced_without_force(tmp_path):
     forced = place("BBBP", "--from", BBBP, "--dest-dir", tmp_path, "--force")
     assert forced.returncode == 0, forced.stderr
     assert edited.read_bytes() == BBBP.read_bytes()
+
+
+# MOSES. The real files hold 1,584,663 and 176,074 molecules and cannot be downloaded here, so
+# the tests that need the check to pass run the script's own functions in-process (main(), with
+# its flags) with MOSES_SPLITS swapped for splits of a few molecules. The script offers no flag
+# or variable for this: a user cannot loosen the row count by mistake, and the tests that run it
+# as a subprocess (wrong counts, wrong headers, the real gzip copies) meet the real counts.
+TRAIN_SHA256 = "786f0313aa6b9ba5514df685f885742a70ea8d86f1a4fa48115f7f80a634265c"
+TEST_SHA256 = "f896fbf3764f88d94670b9959e5872c600c12152a18233823e820761b7a791b2"
+MOLECULES = ["CCO", "c1ccccc1", "CC(=O)Nc1ccc(O)cc1", "CN1CCC[C@H]1c1cccnc1", "OC(=O)CCl"]
+SMALL = {"train": 4, "test": 2}  # molecules in the stand-in splits
+
+
+@pytest.fixture
+def place_moses(place_data, monkeypatch, capsys):
+    """`python dataset/place_data.py MOSES ARGS` as main() in-process, with MOSES splits of
+    SMALL molecules (the checksums stay the real ones); returns its stdout."""
+    splits = tuple(
+        dataclasses.replace(split, rows=SMALL[split.name]) for split in place_data.MOSES_SPLITS
+    )
+    monkeypatch.setattr(place_data, "MOSES_SPLITS", splits)
+    monkeypatch.chdir(ROOT)  # the printed paths are relative to where the script is run
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["place_data.py", "MOSES", *map(str, args)])
+        place_data.main()
+        return capsys.readouterr().out
+
+    return run
+
+
+def write_moses(folder, header="SMILES", newline="\n", shift=0):
+    """train.csv and test.csv as the MOSES project serves them, SMALL molecules each; returns
+    {name: bytes written}."""
+    folder.mkdir(exist_ok=True)
+    written = {}
+    for name, rows in SMALL.items():
+        smiles = [MOLECULES[(i + shift) % len(MOLECULES)] for i in range(rows)]
+        written[name] = newline.join([header, *smiles, ""]).encode()
+        (folder / f"{name}.csv").write_bytes(written[name])
+    return written
+
+
+def assert_one_error_in_process(excinfo, *expected):
+    message = excinfo.value.code
+    assert isinstance(message, str) and message.startswith("error: "), message
+    assert "\n" not in message, message  # the __main__ block writes it as one line
+    for text in expected:
+        assert text in message, message
+
+
+def placed_bytes(dest):
+    return {p.name: gzip.decompress(p.read_bytes()) for p in sorted(dest.iterdir())}
+
+
+def test_moses_from_a_folder_of_plain_csvs_is_gzipped_into_place_unverified(tmp_path, place_moses):
+    written = write_moses(tmp_path / "moses", newline="\r\n")  # bytes kept as they are
+    dest = tmp_path / "dest"
+    out = place_moses("--from", tmp_path / "moses", "--dest-dir", dest)
+    assert placed_bytes(dest) == {
+        "MOSES_test.csv.gz": written["test"],
+        "MOSES_train.csv.gz": written["train"],
+    }  # and nothing else: no temporary file left behind
+    assert out.count("checksum not verified: the MOSES project publishes none") == 2
+    assert "checked instead: header SMILES, 4 molecules; gzipped" in out
+    assert f"placed {dest / 'MOSES_train.csv.gz'} from {tmp_path / 'moses' / 'train.csv'}" in out
+    commands = [line for line in out.splitlines() if line.startswith(("python ", "torchrun "))]
+    assert commands == [
+        f"python scripts/prepare_data.py {dest / 'MOSES_train.csv.gz'} --output-dir "
+        "data/moses_train",
+        f"python scripts/prepare_data.py {dest / 'MOSES_test.csv.gz'} --output-dir "
+        "data/moses_test --vocabulary-from data/moses_train --vocabulary fixed",
+        "torchrun --standalone --nproc-per-node 2 scripts/pretrain_ddp.py data/moses_train "
+        "--held-out data/moses_test",
+    ]
+    assert "basic_neural_network_ddp.py" not in out  # not the classifier's command
+
+    # again without a source: recognised by content, nothing fetched (there is no network here)
+    again = place_moses("--dest-dir", dest)
+    assert again.count("is already in place (checksum not verified") == 2
+    assert "scripts/pretrain_ddp.py" in again
+    # again from the same folder: gzipped the same way, byte for byte
+    same = place_moses("--from", tmp_path / "moses", "--dest-dir", dest)
+    assert same.count("is already in place, identical to") == 2
+
+
+def test_moses_from_a_folder_address_is_streamed_into_place(tmp_path, place_moses):
+    written = write_moses(tmp_path / "served")
+    dest = tmp_path / "dest"
+    url = (tmp_path / "served").as_uri()
+    out = place_moses("--url", url, "--dest-dir", dest)
+    assert f"downloading {url}/train.csv" in out and f"downloading {url}/test.csv" in out
+    assert placed_bytes(dest) == {
+        "MOSES_test.csv.gz": written["test"],
+        "MOSES_train.csv.gz": written["train"],
+    }
+    assert out.count("checksum not verified") == 2
+
+
+def test_moses_with_the_wrong_number_of_molecules_is_refused(tmp_path):
+    """As users run it, with the real counts: a short file (a partial download) is refused."""
+    write_moses(tmp_path / "moses")
+    dest = tmp_path / "dest"
+    result = place("MOSES", "--from", tmp_path / "moses", "--dest-dir", dest)
+    assert_one_error(
+        result,
+        str(tmp_path / "moses" / "train.csv"),
+        "4 molecules below its header; MOSES train has 1,584,663",
+        "nothing placed",
+    )
+    assert list(dest.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "header, expected",
+    [
+        ("SMILES,SPLIT", ["MOSES's file of all splits together", "train.csv and test.csv"]),
+        ("smiles", ["its header is 'smiles'; expected one column, SMILES"]),
+    ],
+)
+def test_moses_with_a_wrong_header_is_refused(tmp_path, header, expected):
+    write_moses(tmp_path / "moses", header=header)
+    dest = tmp_path / "dest"
+    result = place("MOSES", "--from", tmp_path / "moses", "--dest-dir", dest)
+    assert_one_error(result, str(tmp_path / "moses" / "train.csv"), *expected, "nothing placed")
+    assert list(dest.iterdir()) == []
+
+
+def test_moses_a_bad_test_file_places_no_train_file_either(tmp_path, capsys, place_moses):
+    write_moses(tmp_path / "moses")
+    test_csv = tmp_path / "moses" / "test.csv"
+    test_csv.write_bytes(test_csv.read_bytes() + b"CCN\n")  # one molecule too many
+    dest = tmp_path / "dest"
+    with pytest.raises(SystemExit) as excinfo:
+        place_moses("--from", tmp_path / "moses", "--dest-dir", dest)
+    assert_one_error_in_process(excinfo, "3 molecules below its header; MOSES test has 2")
+    assert list(dest.iterdir()) == []  # train.csv was good, but is not placed alone
+    assert capsys.readouterr().out == ""
+
+
+def test_moses_gzip_copies_of_this_project_are_verified_by_checksum(tmp_path):
+    shared_dataset("MOSES_train.csv.gz")
+    folder = shared_dataset("MOSES_test.csv.gz").parent
+    dest = tmp_path / "dest"
+    result = place("MOSES", "--from", folder, "--dest-dir", dest)
+    assert result.returncode == 0, result.stderr
+    for name, sha256 in [("MOSES_train.csv.gz", TRAIN_SHA256), ("MOSES_test.csv.gz", TEST_SHA256)]:
+        assert (dest / name).read_bytes() == (folder / name).read_bytes()  # placed as it is
+        assert f"sha256 {sha256} verified: this project's copy" in result.stdout
+    assert "not verified" not in result.stdout
+    assert f"scripts/prepare_data.py {dest / 'MOSES_train.csv.gz'}" in result.stdout
+    assert sorted(p.name for p in dest.iterdir()) == ["MOSES_test.csv.gz", "MOSES_train.csv.gz"]
+
+    again = place("MOSES", "--dest-dir", dest)  # verified already: no download, still the hint
+    assert again.returncode == 0, again.stderr
+    assert f"is already in place (sha256 {TEST_SHA256} verified" in again.stdout
+    assert "scripts/pretrain_ddp.py data/moses_train" in again.stdout
+
+
+def test_moses_gzip_copies_of_unknown_checksum_are_checked_by_content(tmp_path, place_moses):
+    written = write_moses(tmp_path / "moses")
+    own = tmp_path / "moses" / "train.csv.gz"
+    own.write_bytes(gzip.compress(written["train"]))  # preferred to train.csv beside it
+    dest = tmp_path / "dest"
+    out = place_moses("--from", tmp_path / "moses", "--dest-dir", dest)
+    assert (dest / "MOSES_train.csv.gz").read_bytes() == own.read_bytes()  # placed as it is
+    found = hashlib.sha256(own.read_bytes()).hexdigest()
+    assert f"checksum not verified: sha256 {found} is not this project's copy's" in out
+
+    own.write_bytes(own.read_bytes()[:-6])  # truncated: its checksum is unknown, and it is broken
+    with pytest.raises(SystemExit) as excinfo:
+        place_moses("--from", tmp_path / "moses", "--dest-dir", tmp_path / "other")
+    assert_one_error_in_process(excinfo, str(own), "does not decompress as gzip", "nothing placed")
+    assert list((tmp_path / "other").iterdir()) == []
+
+
+def test_moses_a_file_edited_by_hand_is_not_replaced_without_force(tmp_path, place_moses):
+    written = write_moses(tmp_path / "moses")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    edited = dest / "MOSES_train.csv.gz"
+    edited.write_bytes(gzip.compress(written["train"] + b"CCCC\n"))  # a molecule the user added
+    before = edited.read_bytes()
+    for source in (["--from", tmp_path / "moses"], []):  # without one: refused before a download
+        with pytest.raises(SystemExit) as excinfo:
+            place_moses(*source, "--dest-dir", dest)
+        assert_one_error_in_process(excinfo, "not a known copy of MOSES train", "--force")
+        assert edited.read_bytes() == before
+        assert [p.name for p in dest.iterdir()] == ["MOSES_train.csv.gz"]  # test not placed
+    place_moses("--from", tmp_path / "moses", "--dest-dir", dest, "--force")
+    assert placed_bytes(dest)["MOSES_train.csv.gz"] == written["train"]
+
+
+def test_moses_a_copy_checked_by_content_is_not_replaced_by_another_without_force(
+    tmp_path, place_moses
+):
+    first = write_moses(tmp_path / "first")
+    second = write_moses(tmp_path / "second", shift=1)  # other molecules, the same counts
+    dest = tmp_path / "dest"
+    place_moses("--from", tmp_path / "first", "--dest-dir", dest)
+    with pytest.raises(SystemExit) as excinfo:
+        place_moses("--from", tmp_path / "second", "--dest-dir", dest)
+    assert_one_error_in_process(excinfo, "differs from", "not this project's copy", "--force")
+    assert placed_bytes(dest)["MOSES_train.csv.gz"] == first["train"]
+    place_moses("--from", tmp_path / "second", "--dest-dir", dest, "--force")
+    assert placed_bytes(dest)["MOSES_train.csv.gz"] == second["train"]
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--from", "{tmp}/train.csv"], ["is not a folder", "train.csv and test.csv"]),
+        (["--from", "{tmp}/empty"], ["holds none of MOSES_train.csv.gz, train.csv.gz, train.csv"]),
+        (["--url", "https://example.org/data/train.csv"], ["not of one file"]),
+    ],
+)
+def test_moses_from_a_file_or_an_empty_folder_is_one_error_line(tmp_path, flags, expected):
+    write_moses(tmp_path)
+    (tmp_path / "empty").mkdir()
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    dest = tmp_path / "dest"
+    result = place("MOSES", *flags, "--dest-dir", dest)
+    assert_one_error(result, *expected)
+    assert list(dest.iterdir()) == []
