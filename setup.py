@@ -4,7 +4,16 @@ from setuptools import find_packages, setup
 
 # Kept in step with environment.yml (conda) by a test.
 NOTEBOOKS = ["jupyterlab", "optuna"]
-TEST = ["pytest", "pytest-timeout", "optuna", "nbclient", "nbformat", "ipykernel", "ruff"]
+TEST = [
+    "pytest",
+    "pytest-timeout",
+    "pytest-xdist",
+    "optuna",
+    "nbclient",
+    "nbformat",
+    "ipykernel",
+    "ruff",
+]
 
 setup(
     name="partorch",
