@@ -8,7 +8,7 @@ import sys
 from helpers import BENCHMARKS, run_script
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.benchmark]
 
 
 def load_benchmark_module():

@@ -1,5 +1,5 @@
 """The fault-injection suite: `python -m pytest -m faults tests` alone (14 cases, about 5
-minutes on 2 cores); the default run and CI include it.
+minutes on 2 cores); the full run includes it, CI leaves it out (see the README).
 
 Each case kills (SIGKILL) or freezes (SIGSTOP) a worker at one point of a
 real torchrun job (tests/integration/inject_faults.py fires the fault from
