@@ -188,8 +188,8 @@ def train(args, device):
         for batch in train_loader:
             # which tokens are masked: from (seed, epoch, step, rank), so a resumed run masks alike
             generator = mlm.batch_generator(args.seed, state.epoch, state.step + 1, rank)
-            loss, count = train_step(ddp_model, optimizer, scheduler, batch, mask_id, generator,
-                                     args, device, world_size)
+            loss, count = train_step(ddp_model, optimizer, scheduler, scaler, batch, mask_id,
+                                     generator, args, device, world_size)
             if state.global_step == first_step:  # what benchmarks/speed.py --large reads
                 log.info("start-up: first optimizer step taken; unique memory %.0f MB",
                          (unique_memory_bytes() or 0) / 2**20)
@@ -218,7 +218,7 @@ def train(args, device):
                time.perf_counter() - started)
 
 
-def train_step(ddp_model, optimizer, scheduler, batch, mask_id, generator, args, device,
+def train_step(ddp_model, optimizer, scheduler, scaler, batch, mask_id, generator, args, device,
                world_size):
     """One optimizer step on this rank's slice of a global batch: (the summed loss over its
     masked tokens, their count), left on the device."""
@@ -230,8 +230,7 @@ def train_step(ddp_model, optimizer, scheduler, batch, mask_id, generator, args,
     # a sum over the masked tokens per molecule of the global batch (DDP averages the ranks'
     # gradients): every masked token weighs alike, on 1 process or N
     (loss / (args.batch_size // world_size)).backward()
-    if args.clip_grad_norm:
-        torch.nn.utils.clip_grad_norm_(ddp_model.parameters(), args.clip_grad_norm)
+    optimization.clip_gradients(ddp_model, optimizer, scaler, args.clip_grad_norm)
     optimizer.step()
     scheduler.step()
     return loss.detach(), count

@@ -126,14 +126,16 @@ def base_vocabulary(folder):
 
 
 # ------------------------------------------------------------ building
-def prepare(source, folder, options=PrepareOptions(), workers=None):
+def prepare(source, folder, options=PrepareOptions(), workers=None, checksum=None):
     """Build the prepared corpus of CSV `source` at `folder` (replacing a stale one) and
-    return its meta; a folder already built from this source and these options is kept."""
-    checksum = source_checksum(source)
+    return its meta; a folder already built from this source and these options is kept.
+    `checksum`: the source's SHA-256, when the caller has read it already."""
+    checksum = checksum or source_checksum(source)
     folder, key = Path(folder), corpus_key(source, options, checksum)
-    if is_prepared(folder) and read_meta(folder).get("key") == key:
+    meta = read_meta(folder) if is_prepared(folder) else {}
+    if meta.get("key") == key:
         log.info("%s: prepared corpus is up to date", folder)
-        return read_meta(folder)
+        return meta
     started = time.perf_counter()
     # a name no other builder uses, even on another node sharing the file system
     building = folder.with_name(f".{folder.name}.building-{uuid.uuid4().hex[:12]}")
@@ -305,20 +307,21 @@ def cache_root():
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
 
 
-def cached_folder(source, options):
+def cached_folder(source, options, checksum=None):
     """The cache folder of `source` prepared with `options` (a new name when either changes)."""
     name = Path(source).name.removesuffix(".gz").removesuffix(".csv")
-    return cache_root() / "prepared" / f"{name}-{corpus_key(source, options)[:16]}"
+    return cache_root() / "prepared" / f"{name}-{corpus_key(source, options, checksum)[:16]}"
 
 
 def ensure_prepared(source, options=PrepareOptions(), folder=None, workers=None):
     """The prepared folder for `source`: `folder`, or its place in the cache. Every process
     of a node may call this at once: the first builds, under a lock, and the others wait for
     the lock, then find the folder built."""
-    folder = Path(folder) if folder else cached_folder(source, options)
+    checksum = source_checksum(source)  # read once: a large CSV takes seconds to hash
+    folder = Path(folder) if folder else cached_folder(source, options, checksum)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with _node_lock(folder.with_name(f".{folder.name}.lock")):
-        prepare(source, folder, options, workers)
+        prepare(source, folder, options, workers, checksum)
     return folder
 
 

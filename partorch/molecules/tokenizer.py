@@ -108,8 +108,10 @@ def build_tokenizer(kind, table, random_smiles=False, base_tokens=()):
     elif kind == "smiles":
         extra = augmentation_vocabulary_strings(table.smiles) if random_smiles else []
         tokenizer = SmilesTokenizer.build(table.smiles + extra)
-        new = [t for t in tokenizer.tokens if t not in set(base_tokens)]
-        tokenizer = SmilesTokenizer(list(base_tokens) + new) if base_tokens else tokenizer
+        if base_tokens:
+            known = set(base_tokens)
+            new = [t for t in tokenizer.tokens if t not in known]
+            tokenizer = SmilesTokenizer(list(base_tokens) + new)
     else:
         raise TokenizerError(f"unknown tokenizer {kind!r}: choose 'smiles' or 'bytes'")
     bad_rows = [row for s, row in zip(table.smiles, table.rows) if not tokenizer.can_encode(s)]
