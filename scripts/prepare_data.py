@@ -19,6 +19,7 @@ import os
 import sys
 
 from partorch import DataError, FlagParser, run_main, setup_logging
+from partorch.molecules.chem import DESCRIPTORS
 from partorch.molecules.prepared import (
     VOCABULARY_MODES,
     PrepareOptions,
@@ -51,6 +52,12 @@ def build_parser():
         "become <unk> (a held-out set), extend: they get new ids after the given ones "
         "(default: build, or extend with --vocabulary-from)",
     )
+    add(
+        "--descriptors",
+        action="store_true",
+        help=f"also compute {len(DESCRIPTORS)} RDKit 2D descriptors a molecule (about 0.5 ms "
+        "each on one core), for pretrain_ddp.py --objective descriptors",
+    )
     add("--workers", type=FlagParser.positive(int), help="processes (default: one a core)")
     add("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -68,6 +75,7 @@ def main(args):
         max_smiles_length=args.max_smiles_length,
         vocabulary=mode,
         base_tokens=base_vocabulary(args.vocabulary_from) if args.vocabulary_from else (),
+        descriptors=DESCRIPTORS if args.descriptors else (),
     )
     folder = ensure_prepared(args.csv, options, args.output_dir, args.workers)
     meta = read_meta(folder)
@@ -77,6 +85,7 @@ def main(args):
     print(
         f"{folder}: {meta['molecules']:,} molecules, {meta['tokens']:,} tokens, "
         f"vocabulary of {len(meta['tokenizer']['tokens'])}"
+        + (f", {len(meta['descriptor_columns'])} descriptors" if args.descriptors else "")
         + (f", {unseen:,} molecules with tokens the given vocabulary lacks" if unseen else "")
         + f"; built in {meta['seconds']:.1f} s from {os.path.basename(args.csv)} "
         f"(sha256 {meta['source']['sha256'][:12]})"

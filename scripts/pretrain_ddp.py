@@ -1,4 +1,4 @@
-"""Pretrain the SMILES encoder with DDP on a large corpus (masked tokens), to fine-tune from.
+"""Pretrain the SMILES encoder with DDP on a large corpus, to fine-tune the classifiers from.
 
     python scripts/prepare_data.py MOSES_train.csv.gz --output-dir data/moses_train
     torchrun --standalone --nproc-per-node 2 scripts/pretrain_ddp.py data/moses_train \\
@@ -12,8 +12,10 @@ the cache, by one process per node) and every rank memory-maps it, so start-up a
 rank do not grow with it. Epochs are long, so the run is counted in optimizer steps: a snapshot
 every --snapshot-every-steps holds the sampler's place, and a restart (torchrun's, or
 --resume) continues at the same sample of the same epoch. Rank 0 alone scores a bounded
-held-out sample every --eval-every-steps. The run's folder is a model folder: --init-from
-takes its embedding and LSTM (and its vocabulary) into the ladder's classifiers.
+held-out sample every --eval-every-steps. The objective (--objective): masked tokens, RDKit
+descriptors of each molecule from its pooled encoding (a corpus prepared with --descriptors),
+or both summed; see partorch/molecules/pretraining.py. The run's folder is a model folder:
+--init-from takes its embedding and LSTM (and its vocabulary) into the ladder's classifiers.
 """
 
 from datetime import timedelta
@@ -78,6 +80,8 @@ def build_parser():
     add("--max-steps", type=FlagParser.count, default=0, help="stop after this many; 0: no limit")
     add("--batch-size", type=positive_int, default=256, help="the GLOBAL batch, over all ranks")
     optimization.add_flags(training)
+    add("--objective", choices=mlm.OBJECTIVES, default="masked",
+        help="masked tokens, RDKit descriptors (a corpus prepared with --descriptors), or both")
     add("--mask-fraction", type=FlagParser.fraction, default=0.15, help="tokens to predict")
     add("--random-seed", "--seed", dest="seed", type=FlagParser.count, default=1729)
     add("--num-workers", type=FlagParser.count, default=0, help="DataLoader worker processes")
@@ -119,6 +123,8 @@ def load_corpora(args, seed):
         if held_out.tokenizer.tokens != corpus.tokenizer.tokens:
             raise DataError(f"--held-out {args.held_out}: prepared in another vocabulary than "
                             f"{path}; prepare it with --vocabulary-from {path} --vocabulary fixed")
+        if held_out.descriptor_columns != corpus.descriptor_columns:
+            raise DataError(f"--held-out {args.held_out}: its descriptors differ from {path}'s")
         scored = np.sort(rng.permutation(len(held_out))[: args.eval_molecules])
         return corpus, np.arange(len(corpus)), held_out, scored
     if len(corpus) <= args.eval_molecules:
@@ -139,19 +145,23 @@ def train(args, device):
     corpus, train_ids, held_out, scored = load_corpora(args, args.seed)
     assert_same_on_all_ranks({"corpus": corpus.digest, "held out": held_out.digest})
     tokenizer = mlm.pretraining_tokenizer(corpus.tokenizer)
-    mask_id = tokenizer.token_to_id[mlm.MASK]
+    masked, descriptors = mlm.objective_parts(args.objective)
+    mask_id = tokenizer.token_to_id[mlm.MASK] if masked else None
+    train_set = PreparedDataset(corpus, train_ids, descriptors)
+    held_out_set = PreparedDataset(held_out, scored, descriptors, scale_from=corpus)
     train_loader = get_ddp_dataloader(
-        PreparedDataset(corpus, train_ids), rank=rank, world_size=world_size, shuffle=True,
+        train_set, rank=rank, world_size=world_size, shuffle=True,
         batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers)
-    eval_loader = get_ddp_dataloader(PreparedDataset(held_out, scored), rank=0, world_size=1,
+    eval_loader = get_ddp_dataloader(held_out_set, rank=0, world_size=1,
                                      batch_size=args.batch_size)
     output = prepare_run_dir(args.output_dir, DEFAULT_OUTPUT_DIR, args.resume, config=args)
     log.info("%s: %s molecules to train on, %s held out; rank %d of %d", corpus.folder,
              f"{len(train_ids):,}", f"{len(scored):,}", rank, world_size)
     hparams = dict(vocab_size=tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
-                   bidirectional=args.bidirectional)
-    model = mlm.MaskedTokenModel(**hparams).to(device)
+                   bidirectional=args.bidirectional, masked=masked,
+                   descriptors=len(corpus.descriptor_columns) if descriptors else 0)
+    model = mlm.PretrainingModel(**hparams).to(device)
     device_ids = [device] if device.type == "cuda" else None
     ddp_model = DistributedDataParallel(model, device_ids=device_ids)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
@@ -188,19 +198,19 @@ def train(args, device):
         for batch in train_loader:
             # which tokens are masked: from (seed, epoch, step, rank), so a resumed run masks alike
             generator = mlm.batch_generator(args.seed, state.epoch, state.step + 1, rank)
-            loss, count = train_step(ddp_model, optimizer, scheduler, scaler, batch, mask_id,
-                                     generator, args, device, world_size)
+            losses = train_step(ddp_model, optimizer, scheduler, scaler, batch, mask_id,
+                                generator, args, device, world_size)
             if state.global_step == first_step:  # what benchmarks/speed.py --large reads
                 log.info("start-up: first optimizer step taken; unique memory %.0f MB",
                          (unique_memory_bytes() or 0) / 2**20)
             trained = mlm.running_digest(trained, batch.inputs[0])
             state.step, state.global_step = state.step + 1, state.global_step + 1
-            window.add(loss, count, batch.inputs[1].sum())
+            window.add(losses, batch.inputs[1].sum())
             if due(state.global_step, args.log_every_steps, total_steps):
                 row = window.report(state, optimizer)  # all ranks: one all-reduce
                 if master_process:
-                    log.info("step %d  epoch %d  loss %.4f  %s tokens/s  lr %.2e",
-                             state.global_step, state.epoch, row["loss"],
+                    log.info("step %d  epoch %d  %s  %s tokens/s  lr %.2e", state.global_step,
+                             state.epoch, losses_text(row),
                              f"{row['tokens_per_second']:,.0f}", row["lr"])
                     for name, value in row.items():
                         writer.add_scalar(f"Pretraining/{name}", value, state.global_step)
@@ -220,20 +230,26 @@ def train(args, device):
 
 def train_step(ddp_model, optimizer, scheduler, scaler, batch, mask_id, generator, args, device,
                world_size):
-    """One optimizer step on this rank's slice of a global batch: (the summed loss over its
-    masked tokens, their count), left on the device."""
-    tokens, lengths = batch.inputs
-    inputs, targets = mlm.mask_tokens(tokens, lengths, mask_id, args.mask_fraction, generator)
+    """One optimizer step on this rank's slice of a global batch: its losses (see
+    mlm.objective_losses), left on the device."""
     optimizer.zero_grad(set_to_none=True)
-    logits = ddp_model(inputs.to(device), lengths.to(device))
-    loss, count, _ = mlm.masked_loss(logits, targets.to(device))
-    # a sum over the masked tokens per molecule of the global batch (DDP averages the ranks'
-    # gradients): every masked token weighs alike, on 1 process or N
-    (loss / (args.batch_size // world_size)).backward()
+    losses = mlm.objective_losses(ddp_model, batch, mask_id, args.mask_fraction, generator,
+                                  device)
+    # sums over the masked tokens and the molecules, per molecule of the global batch (DDP
+    # averages the ranks' gradients): every token and molecule weighs alike, on 1 process or N
+    total = sum(values[0] for values in losses.values())
+    (total / (args.batch_size // world_size)).backward()
     optimization.clip_gradients(ddp_model, optimizer, scaler, args.clip_grad_norm)
     optimizer.step()
     scheduler.step()
-    return loss.detach(), count
+    return {name: [x.detach() for x in values[:2]] for name, values in losses.items()}
+
+
+def losses_text(row):
+    """The losses a row holds, for a log line."""
+    names = dict(loss="loss", descriptor_mse="descriptor MSE", perplexity="perplexity",
+                 accuracy="accuracy")
+    return "  ".join(f"{text} {row[key]:.4f}" for key, text in names.items() if key in row)
 
 
 def due(step, every, total_steps):
@@ -248,20 +264,28 @@ class Window:
         self.reset()
 
     def reset(self):
-        self.sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        # tokens; the masked loss and its count; the descriptors' loss and its count
+        self.sums = torch.zeros(5, dtype=torch.float64, device=self.device)
         self.started = time.perf_counter()
 
-    def add(self, loss, count, tokens):
-        self.sums += torch.stack([loss.double(), count.double(), tokens.double().to(self.device)])
+    def add(self, losses, tokens):
+        masked, descriptors = losses.get("masked", (0, 0)), losses.get("descriptors", (0, 0))
+        values = [tokens, *masked, *descriptors]
+        self.sums += torch.stack([torch.as_tensor(x, dtype=torch.float64).to(self.device)
+                                  for x in values])
 
     def report(self, state, optimizer):
-        dist.all_reduce(self.sums)  # every rank's tokens and masked places
-        loss_sum, count, tokens = self.sums.tolist()
+        dist.all_reduce(self.sums)  # every rank's tokens, masked places and molecules
+        tokens, masked_loss, masked, descriptor_loss, described = self.sums.tolist()
         seconds = time.perf_counter() - self.started
         state.tokens += int(tokens)
         self.reset()
-        return dict(loss=loss_sum / max(count, 1), tokens_per_second=tokens / seconds,
-                    lr=optimizer.param_groups[0]["lr"])
+        row = dict(tokens_per_second=tokens / seconds, lr=optimizer.param_groups[0]["lr"])
+        if masked:
+            row["loss"] = masked_loss / masked
+        if described:
+            row["descriptor_mse"] = descriptor_loss / described
+        return row
 
 
 def evaluate(model, loader, mask_id, args, device, state, writer, log):
@@ -270,26 +294,29 @@ def evaluate(model, loader, mask_id, args, device, state, writer, log):
     row = dict(step=state.global_step, **mlm.evaluate(model, loader, mask_id, args.mask_fraction,
                                                       args.seed, device))
     state.history.append(row)
-    log.info("step %d  held-out loss %.4f  perplexity %.4f  accuracy %.4f", row["step"],
-             row["loss"], row["perplexity"], row["accuracy"])
-    for name in ("loss", "perplexity", "accuracy"):
-        writer.add_scalar(f"HeldOut/{name}", row[name], row["step"])
+    log.info("step %d  held-out %s", row["step"], losses_text(row))
+    for name, value in row.items():
+        if name != "step":
+            writer.add_scalar(f"HeldOut/{name}", value, row["step"])
 
 
 def finish(output, model, tokenizer, hparams, state, args, world_size, seconds):
     """The run's folder as a model folder (what --init-from reads) and its metrics.json."""
     last = state.history[-1]
     save_model_dir(output, model.state_dict(), {
-        "hparams": {"model": hparams, "objective": "masked tokens",
+        "hparams": {"model": hparams, "objective": args.objective,
                     "mask_fraction": args.mask_fraction},
         "tokenizer": tokenizer.to_dict()})
     atomic_write_json(dict(
-        held_out_loss=last["loss"], held_out_perplexity=last["perplexity"],
-        held_out_accuracy=last["accuracy"], steps=state.global_step, epoch=state.epoch,
+        **{f"held_out_{name}": value for name, value in last.items() if name != "step"},
+        objective=args.objective, steps=state.global_step, epoch=state.epoch,
         tokens=state.tokens, tokens_per_second=state.tokens / seconds, wall_seconds=seconds,
         world_size=world_size, global_batch_size=args.batch_size, corpus=str(args.corpus),
         sample_digests=state.sample_digests, history=state.history), output / "metrics.json")
-    print(f"Final held-out perplexity: {last['perplexity']:.4f}", flush=True)
+    if "perplexity" in last:
+        print(f"Final held-out perplexity: {last['perplexity']:.4f}", flush=True)
+    if "descriptor_mse" in last:
+        print(f"Final held-out descriptor MSE: {last['descriptor_mse']:.4f}", flush=True)
 
 
 if __name__ == "__main__":

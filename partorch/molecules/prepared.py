@@ -6,6 +6,8 @@ per rank stop growing with the corpus, and a torchrun restart reads nothing agai
     DIR/offsets.npy  int64 [molecules + 1]: molecule i is tokens[offsets[i]:offsets[i + 1]]
     DIR/labels.npy   float32 [molecules, label columns], NaN where a cell is empty
     DIR/rows.npy     int64 [molecules]: each molecule's row in the source (the header is row 1)
+    DIR/descriptors.npy  float32 [molecules, descriptors], with --descriptors: RDKit's 2D
+                     descriptors of each molecule (NaN where one fails), to pretrain onto
     DIR/meta.json    the source's size and SHA-256, the options, the vocabulary, the counts,
                      the rows skipped and why; written last: a folder without it is unfinished
 
@@ -35,7 +37,7 @@ from ..ddp.distributed import available_cores, digest
 from ..ddp.errors import DataError
 from ..ddp.files import atomic_write_json
 from ..ddp.logs import log
-from .chem import canonical_smiles
+from .chem import canonical_smiles, molecular_descriptors
 from .datasets import collate_token_ids
 from .table import (
     MAX_SMILES_LENGTH,
@@ -62,7 +64,8 @@ class PrepareOptions:
     """What a prepared corpus depends on besides its source; a change means a rebuild.
     vocabulary: "build" (sorted tokens of this corpus), or, from `base_tokens` (a
     pretrained encoder's), "fixed" (tokens it lacks become <unk>) or "extend" (they are
-    appended after its tokens, so its ids keep their meaning)."""
+    appended after its tokens, so its ids keep their meaning). descriptors: names of RDKit
+    descriptors to compute for each molecule (chem.DESCRIPTORS), none by default."""
 
     smiles_column: str = "smiles"
     label_columns: tuple = ()
@@ -70,6 +73,7 @@ class PrepareOptions:
     max_smiles_length: int = MAX_SMILES_LENGTH
     vocabulary: str = "build"
     base_tokens: tuple = ()
+    descriptors: tuple = ()
 
 
 def source_checksum(path, block=1 << 20):
@@ -173,7 +177,7 @@ def _build(source, out, options, workers):
     with timed(f"read {source}"):
         frame = read_frame(source)
         table = validate_frame(frame, source, options.smiles_column, options.label_columns, False)
-    chunks = _in_chunks(_tokenized_chunk, table.smiles, options.smiles_form, workers)
+    chunks = _in_chunks(table.smiles, options, workers)
     written = [s for chunk in chunks for s in chunk.smiles]
     table, keep = _kept(table, written, options.max_smiles_length)
     tokenizer = _vocabulary(options, chunks)
@@ -184,6 +188,7 @@ def _build(source, out, options, workers):
     np.save(out / "offsets.npy", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
     np.save(out / "labels.npy", table.labels.astype(np.float32))
     np.save(out / "rows.npy", table.rows.astype(np.int64))
+    descriptors = _descriptor_meta(chunks, keep, options.descriptors, out)
     return dict(
         format=FORMAT,
         options=asdict(options),
@@ -193,7 +198,23 @@ def _build(source, out, options, workers):
         label_columns=list(table.label_columns),
         tokenizer=tokenizer.to_dict(),
         molecules_with_unseen_tokens=int(unseen.sum()),
+        **descriptors,
         warnings=table.warnings + repeat_warnings(source, table.smiles, table.labels),
+    )
+
+
+def _descriptor_meta(chunks, keep, names, out):
+    """Write the kept molecules' descriptors, if any were asked for; (their names, mean and
+    standard deviation over the corpus) for meta.json: what pretraining standardises by."""
+    if not names:
+        return {}
+    values = np.concatenate([chunk.descriptors for chunk in chunks])[keep].astype(np.float32)
+    np.save(out / "descriptors.npy", values)
+    mean, std = np.nanmean(values, axis=0), np.nanstd(values, axis=0)
+    return dict(
+        descriptor_columns=list(names),
+        descriptor_mean=np.nan_to_num(mean).tolist(),
+        descriptor_std=np.where(np.nan_to_num(std) > 0, np.nan_to_num(std), 1.0).tolist(),
     )
 
 
@@ -216,33 +237,41 @@ def _kept(table, written, max_length):
 class _Chunk:
     """What a pool process returns for a chunk of molecules: each SMILES as written (None
     where RDKit cannot parse it), the chunk's own sorted vocabulary, each molecule's token
-    count and its token ids in that vocabulary, concatenated."""
+    count and its token ids in that vocabulary, concatenated; its descriptors, if asked."""
 
     smiles: list
     vocabulary: list
     lengths: np.ndarray
     ids: np.ndarray
+    descriptors: np.ndarray = None
 
 
-def _in_chunks(work, smiles, smiles_form, workers):
-    """`work` over chunks of `smiles`, in order, over a pool of processes for a big corpus."""
-    canonical = smiles_form == "canonical"
+def _in_chunks(smiles, options, workers):
+    """`_tokenized_chunk` over chunks of `smiles`, in order, over a pool of processes for a
+    big corpus."""
+    canonical = options.smiles_form == "canonical"
     chunks = [smiles[i : i + CHUNK] for i in range(0, len(smiles), CHUNK)]
     what = f"{'canonical' if canonical else 'parsed'} SMILES for {len(smiles):,} molecules"
     with timed(what), _progress(len(smiles), what) as bar:
         if len(smiles) < POOL_MIN_MOLECULES or workers == 1:
-            return [_advance(bar, work(chunk, canonical)) for chunk in chunks]
+            return [
+                _advance(bar, _tokenized_chunk(chunk, canonical, options.descriptors))
+                for chunk in chunks
+            ]
         # spawn, not fork: the caller may hold threads (torch's, a process group's)
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
-            results = pool.map(work, chunks, [canonical] * len(chunks))
+            repeat = [canonical] * len(chunks), [options.descriptors] * len(chunks)
+            results = pool.map(_tokenized_chunk, chunks, *repeat)
             return [_advance(bar, result) for result in results]
 
 
-def _tokenized_chunk(smiles, canonical):
+def _tokenized_chunk(smiles, canonical, descriptors=()):
     """RDKit's canonical SMILES of a chunk (or, when not `canonical`, a parse check), split
-    into tokens: the slow part of preparing, done in a pool process."""
+    into tokens, and the `descriptors` of each molecule: the slow part of preparing, done
+    in a pool process."""
     written = canonical_smiles(smiles)
+    values = molecular_descriptors(written, descriptors) if descriptors else None
     if not canonical:
         written = [given if w is not None else None for given, w in zip(smiles, written)]
     tokens = [split_smiles(s) if s is not None else [] for s in written]
@@ -250,7 +279,7 @@ def _tokenized_chunk(smiles, canonical):
     index = {tok: i for i, tok in enumerate(vocabulary)}
     ids = np.fromiter((index[tok] for molecule in tokens for tok in molecule), dtype=np.int32)
     lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-    return _Chunk(written, vocabulary, lengths, ids)
+    return _Chunk(written, vocabulary, lengths, ids, values)
 
 
 @contextmanager
@@ -358,6 +387,10 @@ class PreparedCorpus:
         self.labels = np.load(self.folder / "labels.npy", mmap_mode="r")
         self.rows = np.load(self.folder / "rows.npy", mmap_mode="r")
         self.tokenizer = tokenizer_from_dict(self.meta["tokenizer"])
+        self.descriptor_columns = self.meta.get("descriptor_columns", [])
+        self.descriptors = None
+        if self.descriptor_columns:
+            self.descriptors = np.load(self.folder / "descriptors.npy", mmap_mode="r")
         self._tokens = None  # opened on first use: a memmap sent to a loader worker is a copy
 
     def __len__(self):
@@ -391,15 +424,26 @@ class PreparedCorpus:
 
 class PreparedDataset(Dataset):
     """The molecules `indices` of a prepared corpus, as a SMILES dataset: items of (token
-    ids, targets), read from the memory map when fetched."""
+    ids, targets), read from the memory map when fetched. The targets are the corpus's
+    labels, or with `descriptors=True` its descriptors standardised by the mean and standard
+    deviation of `scale_from` (a training corpus; by default this one), NaN where one failed:
+    what a pretraining run regresses onto."""
 
     collate = staticmethod(collate_token_ids)
 
-    def __init__(self, corpus, indices):
+    def __init__(self, corpus, indices, descriptors=False, scale_from=None):
+        if descriptors and corpus.descriptors is None:
+            raise DataError(
+                f"{corpus.folder}: prepared without descriptors; prepare it with --descriptors"
+            )
         self.corpus = corpus
         self.indices = np.asarray(indices, dtype=np.int64)
         self.lengths = corpus.lengths(self.indices)
         self.tokenizer = corpus.tokenizer
+        self.targets = corpus.descriptors if descriptors else corpus.labels
+        meta = (scale_from or corpus).meta
+        self.shift = np.float32(meta["descriptor_mean"]) if descriptors else np.float32(0)
+        self.scale = np.float32(meta["descriptor_std"]) if descriptors else np.float32(1)
 
     def __len__(self):
         return len(self.indices)
@@ -407,4 +451,5 @@ class PreparedDataset(Dataset):
     def __getitem__(self, i):
         index = int(self.indices[i])
         ids = torch.from_numpy(self.corpus.token_ids(index).astype(np.int64))
-        return ids, torch.from_numpy(np.array(self.corpus.labels[index], dtype=np.float32))
+        targets = (np.array(self.targets[index], dtype=np.float32) - self.shift) / self.scale
+        return ids, torch.from_numpy(targets)

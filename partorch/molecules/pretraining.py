@@ -1,12 +1,16 @@
 """Pretraining the SMILES encoder, and starting a classifier from it (--init-from).
 
-The objective is masked tokens: 15 % of each molecule's tokens are chosen, and the encoder's
-output at each chosen place must name the token that was there; of those, 80 % are replaced by
-<mask>, 10 % by a random token and 10 % left as they are (BERT's recipe). It suits the
-classifier's encoder as it is: a bidirectional, stacked LSTM reads both sides of a token at
-every layer, so a next-token objective would let a second layer see the answer, while a masked
-token is hidden from every layer. Which tokens are masked comes from (seed, epoch, step, rank),
-so a run resumed mid-epoch masks exactly what an uninterrupted one would.
+Two objectives, alone or summed (OBJECTIVES):
+- masked tokens: 15 % of each molecule's tokens are chosen, and the encoder's output at each
+  chosen place must name the token that was there; of those, 80 % are replaced by <mask>, 10 %
+  by a random token and 10 % left as they are (BERT's recipe). It suits the classifier's
+  encoder as it is: a bidirectional, stacked LSTM reads both sides of a token at every layer,
+  so a next-token objective would let a second layer see the answer, while a masked token is
+  hidden from every layer. Which tokens are masked comes from (seed, epoch, step, rank), so a
+  run resumed mid-epoch masks exactly what an uninterrupted one would.
+- descriptors: the pooled encoding, the very vector a classifier's head reads, regresses
+  onto RDKit 2D descriptors of the molecule, standardised (CheMeleon's recipe, which
+  chemprop fine-tunes from); the corpus is prepared with --descriptors.
 """
 
 from dataclasses import dataclass, field
@@ -29,18 +33,43 @@ MASK = "<mask>"
 IGNORED = -100  # cross_entropy's ignore_index: the places that were not masked
 ENCODER_KEYS = ("embedding.", "lstm.")
 ENCODER_HPARAMS = ("embedding_dim", "d_model", "num_layers", "bidirectional")
+OBJECTIVES = {"masked": (True, False), "descriptors": (False, True), "both": (True, True)}
 
 
-class MaskedTokenModel(RNNEncoder):
-    """The encoder, then a linear layer from its output at every token to the vocabulary."""
+def objective_parts(objective):
+    """(whether it predicts masked tokens, whether it regresses onto descriptors)."""
+    return OBJECTIVES[objective]
 
-    def __init__(self, vocab_size, **encoder):
+
+class PretrainingModel(RNNEncoder):
+    """The encoder with a head for each objective: a linear layer from its output at every
+    token to the vocabulary (masked tokens), and one from its pooled encoding to the
+    `descriptors` descriptors."""
+
+    def __init__(self, vocab_size, *, masked=True, descriptors=0, **encoder):
         super().__init__(vocab_size, **encoder)
-        self.lm_head = nn.Linear(self.output_size, vocab_size)
+        self.lm_head = nn.Linear(self.output_size, vocab_size) if masked else None
+        self.descriptor_head = nn.Linear(self.output_size, descriptors) if descriptors else None
 
     def forward(self, tokens, lengths):
-        """Logits [batch, time, vocabulary]."""
-        return self.lm_head(self.dropout(self.sequence_outputs(tokens, lengths)))
+        """(logits [batch, time, vocabulary] or None, descriptors [batch, k] or None)."""
+        outputs = self.sequence_outputs(tokens, lengths)
+        logits = None if self.lm_head is None else self.lm_head(self.dropout(outputs))
+        if self.descriptor_head is None:
+            return logits, None
+        pooled = pooled_encoding(outputs, lengths, self.bidirectional)
+        return logits, self.descriptor_head(self.dropout(pooled))
+
+
+def pooled_encoding(outputs, lengths, bidirectional):
+    """The last layer's outputs [batch, time, features] pooled as RNNEncoder.encode pools:
+    the forward direction at each molecule's last token, the backward one at its first."""
+    last = (lengths.to(outputs.device) - 1).clamp(min=0)
+    forward = outputs[torch.arange(len(outputs), device=outputs.device), last]
+    if not bidirectional:
+        return forward
+    half = outputs.shape[-1] // 2
+    return torch.cat([forward[:, :half], outputs[:, 0, half:]], dim=-1)
 
 
 def pretraining_tokenizer(corpus_tokenizer):
@@ -79,21 +108,54 @@ def masked_loss(logits, targets):
     return loss, counted.sum(), correct
 
 
+def descriptor_loss(predicted, targets):
+    """(the squared error of each molecule's descriptors, averaged over those not NaN and
+    summed over the molecules; how many molecules had one)."""
+    known = ~torch.isnan(targets)
+    errors = torch.where(known, predicted.float() - targets.nan_to_num(), 0.0) ** 2
+    return (errors.sum(1) / known.sum(1).clamp(min=1)).sum(), known.any(1).sum()
+
+
+def objective_losses(model, batch, mask_id, fraction, generator, device):
+    """The pretraining losses of one batch, summed over it, left on the device: a dict with
+    masked (loss, count, correct) and/or descriptors (loss, count), as `model` has heads.
+    `mask_id`: None where the objective masks no token; else which to mask are drawn from
+    `generator`."""
+    tokens, lengths = batch.inputs
+    inputs, targets = tokens, None
+    if mask_id is not None:
+        inputs, targets = mask_tokens(tokens, lengths, mask_id, fraction, generator)
+    logits, predicted = model(inputs.to(device), lengths.to(device))
+    losses = {}
+    if logits is not None:
+        losses["masked"] = masked_loss(logits, targets.to(device))
+    if predicted is not None:
+        losses["descriptors"] = descriptor_loss(predicted, batch.targets.to(device))
+    return losses
+
+
 @torch.no_grad()
 def evaluate(model, loader, mask_id, fraction, seed, device):
-    """Masked-token loss, perplexity (exp of the loss) and accuracy on `loader`, masked alike
-    at every evaluation (the stream comes from the seed and the batch's place)."""
+    """On `loader`, masked alike at every evaluation (the stream comes from the seed and the
+    batch's place): the masked-token loss, perplexity (exp of the loss) and accuracy, and/or
+    the descriptors' mean squared error (standardised), as `model` has heads."""
     was_training = model.training
     model.eval()
-    totals = torch.zeros(3, dtype=torch.float64)
+    totals = {}
     for i, batch in enumerate(loader):
-        tokens, lengths = batch.inputs
-        inputs, targets = mask_tokens(tokens, lengths, mask_id, fraction, batch_generator(seed, i))
-        logits = model(inputs.to(device), lengths.to(device))
-        totals += torch.stack([x.double().cpu() for x in masked_loss(logits, targets.to(device))])
+        losses = objective_losses(model, batch, mask_id, fraction, batch_generator(seed, i), device)
+        for name, values in losses.items():
+            summed = torch.stack([x.double().cpu() for x in values])
+            totals[name] = totals.get(name, 0) + summed
     model.train(was_training)
-    loss = (totals[0] / totals[1]).item()
-    return dict(loss=loss, perplexity=math.exp(loss), accuracy=(totals[2] / totals[1]).item())
+    row = {}
+    if "masked" in totals:
+        loss, count, correct = totals["masked"].tolist()
+        row.update(loss=loss / count, perplexity=math.exp(loss / count), accuracy=correct / count)
+    if "descriptors" in totals:
+        loss, count = totals["descriptors"].tolist()
+        row.update(descriptor_mse=loss / count)
+    return row
 
 
 @dataclass

@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 
 from partorch import DataError
+from partorch.ddp.errors import PartorchError
 from partorch.molecules import prepared
+from partorch.molecules.chem import molecular_descriptors
 from partorch.molecules.datasets import SmilesDataset
 from partorch.molecules.prepared import (
     PreparedCorpus,
@@ -124,6 +126,45 @@ def test_a_vocabulary_from_an_encoder_is_kept_fixed_or_extended_and_unseen_token
     assert extended["tokenizer"]["tokens"] == [*base, "(", ")", "Br", "[N+]"]
     assert extended["molecules_with_unseen_tokens"] == 2
     assert PreparedCorpus(tmp_path / "e").smiles(2) == "C[N+](C)(C)C"
+
+
+def test_descriptors_are_computed_per_kept_molecule_and_standardised_by_the_training_corpus(
+    write_csv, tmp_path
+):
+    source = write_csv("smiles\nCCO\nnot a molecule\nc1ccccc1O\nCCCCCC\n")
+    names = ("MolWt", "NumHDonors")
+    meta = prepare(source, tmp_path / "p", PrepareOptions(descriptors=names))
+    corpus = PreparedCorpus(tmp_path / "p")
+    expected = molecular_descriptors(["CCO", "Oc1ccccc1", "CCCCCC"], names)
+    np.testing.assert_allclose(corpus.descriptors, expected, rtol=1e-6)
+    assert meta["descriptor_columns"] == list(names)
+    np.testing.assert_allclose(meta["descriptor_mean"], expected.mean(0), rtol=1e-6)
+    targets = PreparedDataset(corpus, [0, 1, 2], descriptors=True)[1][1].numpy()
+    np.testing.assert_allclose(
+        targets, (expected[1] - expected.mean(0)) / expected.std(0), rtol=1e-5
+    )
+    # a held-out corpus is scaled by the training corpus's statistics, not its own
+    small = write_csv("smiles\nCCO\n", name="small.csv")
+    other = prepare(small, tmp_path / "o", PrepareOptions(descriptors=names))
+    held_out = PreparedDataset(PreparedCorpus(tmp_path / "o"), [0], True, scale_from=corpus)
+    same_molecule = PreparedDataset(corpus, [0], descriptors=True)
+    np.testing.assert_allclose(held_out[0][1].numpy(), same_molecule[0][1].numpy(), rtol=1e-6)
+    assert other["descriptor_mean"] != meta["descriptor_mean"]
+    with pytest.raises(DataError, match="prepare it with --descriptors"):
+        PreparedDataset(PreparedCorpus(prepare_plain(source, tmp_path)), [0], descriptors=True)
+
+
+def test_an_unknown_or_failing_descriptor_is_an_error_or_a_nan():
+    with pytest.raises(PartorchError, match="unknown RDKit descriptor"):
+        molecular_descriptors(["CCO"], ("MolWt", "NoSuchThing"))
+    rows = molecular_descriptors(["CCO", "not a molecule", ""], ("MolWt",))
+    assert rows[0, 0] == pytest.approx(46.069, abs=1e-3)
+    assert np.isnan(rows[1:]).all()
+
+
+def prepare_plain(source, tmp_path):
+    prepare(source, tmp_path / "plain")
+    return tmp_path / "plain"
 
 
 BUILD_ONCE = """

@@ -1,6 +1,6 @@
-"""The pretraining parts: masking, the encoder's weights carried into a classifier (and a
-vocabulary that does not fit them refused), and the pretrained weights held still for the
-first epochs of fine-tuning."""
+"""The pretraining parts: masking, the descriptors' head reading what a classifier's head
+reads, the encoder's weights carried into a classifier (and a vocabulary that does not fit
+them refused), and the pretrained weights held still for the first epochs of fine-tuning."""
 
 from argparse import Namespace
 
@@ -33,9 +33,31 @@ def test_masking_chooses_real_tokens_only_and_the_same_ones_for_the_same_step():
     assert not torch.equal(other[1], targets)  # the next step masks other places
 
 
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_the_descriptor_head_reads_the_encoding_a_classifier_s_head_reads(bidirectional):
+    model = mlm.PretrainingModel(
+        12, masked=False, descriptors=3, **{**SIZES, "bidirectional": bidirectional}
+    ).eval()
+    lengths = torch.tensor([7, 3, 5, 1])
+    tokens = torch.randint(2, 12, (4, 7)) * (torch.arange(7) < lengths.unsqueeze(1))
+    outputs = model.sequence_outputs(tokens, lengths)
+    pooled = mlm.pooled_encoding(outputs, lengths, bidirectional)
+    torch.testing.assert_close(pooled, model.encode(tokens, lengths))
+    logits, predicted = model(tokens, lengths)
+    assert logits is None and predicted.shape == (4, 3)
+
+
+def test_the_descriptor_loss_leaves_out_what_rdkit_could_not_compute():
+    predicted = torch.tensor([[1.0, 2.0], [0.0, 0.0], [5.0, 5.0]])
+    targets = torch.tensor([[0.0, float("nan")], [2.0, 2.0], [float("nan")] * 2])
+    loss, count = mlm.descriptor_loss(predicted, targets)
+    assert loss.item() == pytest.approx(1.0 + 4.0)  # (1-0)^2 alone; (4 + 4) / 2
+    assert count.item() == 2  # the last molecule has no descriptor to learn
+
+
 def test_the_classifier_starts_from_the_encoder_and_its_new_tokens_from_fresh_rows():
     pretrained = ("<pad>", "<unk>", "C", "O", "<mask>")
-    encoder = mlm.MaskedTokenModel(len(pretrained), **SIZES)
+    encoder = mlm.PretrainingModel(len(pretrained), **SIZES)
     tokens = [*pretrained, "N"]  # the fine-tuning data adds one token
     model = RNNPredictor(len(tokens), **SIZES)
     fresh_row = model.embedding.weight[5].clone()
@@ -48,7 +70,7 @@ def test_the_classifier_starts_from_the_encoder_and_its_new_tokens_from_fresh_ro
 
 def test_a_vocabulary_that_does_not_start_with_the_encoder_s_is_refused():
     pretrained = ("<pad>", "<unk>", "C", "O", "<mask>")
-    encoder = mlm.MaskedTokenModel(len(pretrained), **SIZES)
+    encoder = mlm.PretrainingModel(len(pretrained), **SIZES)
     tokens = ["<pad>", "<unk>", "O", "C", "<mask>"]
     model = RNNPredictor(len(tokens), **SIZES)
     with pytest.raises(CheckpointError, match="token 2: this run has 'O', the encoder 'C'"):
