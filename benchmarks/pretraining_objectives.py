@@ -46,7 +46,15 @@ def build_parser():
     add("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuning seeds")
     add("--model", type=int, nargs=3, default=[32, 64, 2], metavar=("EMB", "D_MODEL", "LAYERS"))
     add("--encoder", nargs="*", default=[], metavar="NAME=FOLDER", help="encoders to add")
+    add(
+        "--objectives",
+        nargs="*",
+        choices=OBJECTIVES,
+        default=list(OBJECTIVES),
+        help="those to pretrain (none: fine-tune from the --encoder folders and scratch only)",
+    )
     add("--data", type=Path, default=ROOT / "dataset" / "BBBP.csv", help="to fine-tune on")
+    add("--epochs", type=int, default=30, help="fine-tuning's most (the rung's default)")
     add("--split", default="scaffold")
     add("--split-sizes", default="0.8,0.1,0.1")
     add("--output", type=Path, help="a JSON file of every run's figures and the table")
@@ -186,6 +194,8 @@ def fine_tune(arm, encoder, seed, args, work):
             layers,
             "--seed",
             seed,
+            "--epochs",
+            args.epochs,
             "--output-dir",
             output,
             "--quiet",
@@ -230,8 +240,8 @@ def main(args):
     pretrained = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        corpus, held_out = prepare_slices(args, work)
-        for objective in OBJECTIVES:
+        corpus, held_out = prepare_slices(args, work) if args.objectives else (None, None)
+        for objective in args.objectives:
             folder, pretrained[objective] = pretrain(objective, corpus, held_out, args, work)
             encoders[objective] = folder
         rows = []

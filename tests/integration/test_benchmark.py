@@ -6,6 +6,7 @@ import os
 import sys
 
 from helpers import BENCHMARKS, run_script
+import pandas as pd
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.benchmark]
@@ -178,12 +179,15 @@ def test_large_data_benchmark_reports_preparing_startup_and_throughput(tmp_path,
     assert f"| BBBP | 50 | {row['prepared_seconds']:.2f} |" in report
     speeds = figures["throughput"]
     assert [(s["name"], s["procs"], s["threads"]) for s in speeds] == [
+        ("BBBP", 1, 1),
         ("BBBP", 1, os.cpu_count()),
         ("BBBP", 2, 1),
     ]
     assert all(s["tokens_per_second"] > 0 and 0 < s["mfu"] for s in speeds)
-    assert figures["figures"]["speedup"] > 0
-    for line in (f"- Speed-up, 2 x 1 against 1 x {os.cpu_count()}: ", "- MFU, 2 x 1: "):
+    assert figures["figures"]["speedup"] > 0 and figures["figures"]["speedup_same_cores"] > 0
+    lines = ("- Speed-up, 2 x 1 against 1 x 1 (each process alike): ", "- MFU, 2 x 1: ")
+    lines += (f"- Speed-up at equal cores, 2 x 1 against 1 x {os.cpu_count()}: ",)
+    for line in lines:
         assert line in report
 
 
@@ -198,3 +202,27 @@ def test_the_large_case_adds_hiv_ten_times_over_after_hiv(tmp_path, monkeypatch)
     assert [name for name, _, _ in rows] == ["BBBP", "HIV", "HIVx10"]
     copy = rows[2][1].read_text().splitlines()
     assert copy[0] == "smiles,HIV_active" and copy[1:] == ["CCO,0", "CCN,1"] * 10
+
+
+@pytest.mark.timeout(400)
+def test_the_objective_comparison_pretrains_and_fine_tunes_on_a_tiny_setting(
+    tmp_path, bbbp_path, bbbp_subset
+):
+    corpus = tmp_path / "corpus.csv"  # MOSES's form: a SMILES column, no stereo marks
+    smiles = pd.read_csv(bbbp_path)["smiles"]
+    smiles[~smiles.str.contains("@")].rename("SMILES").to_csv(corpus, index=False)
+    out = tmp_path / "objectives.json"
+    flags = ["--molecules", "300", "--steps", "3", "--seeds", "0", "--epochs", "2"]
+    flags += ["--objectives", "descriptors", "--data", bbbp_subset, "--split", "stratified"]
+    result = run_script(
+        [BENCHMARKS / "pretraining_objectives.py", corpus, corpus, *flags, "--output", out],
+        timeout=360,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert list(figures["pretraining"]) == ["descriptors"]
+    assert figures["pretraining"]["descriptors"]["held_out_descriptor_mse"] > 0
+    rows = {row["arm"]: row for row in figures["fine_tuning"]}
+    assert sorted(rows) == ["descriptors", "scratch"]
+    assert all(len(row["dev"]) == 1 and 0 < row["dev"][0] <= 1 for row in rows.values())
+    assert "| start | dev ROC AUC | test ROC AUC | seconds a run |" in result.stdout

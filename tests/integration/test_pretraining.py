@@ -172,3 +172,20 @@ def test_the_descriptor_objective_learns_from_a_corpus_prepared_with_descriptors
     assert error_lines(refused.stderr) == 2 * [
         f"error: {corpus}: prepared without descriptors; prepare it with --descriptors"
     ]
+
+
+def test_a_bare_clone_fine_tunes_from_the_shipped_encoder(bbbp_subset, tmp_path):
+    shipped = ROOT / "models" / "moses_mlm"
+    out = tmp_path / "fine"
+    result = run_script(
+        [SINGLE, bbbp_subset, "--init-from", shipped, *FAST_FLAGS, "--output-dir", out]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(final_lines(result.stdout)) == 1
+    model = json.loads((out / "hparams.json").read_text())["model"]
+    shipped_model = json.loads((shipped / "hparams.json").read_text())["model"]
+    sizes = ("embedding_dim", "d_model", "num_layers", "bidirectional")
+    assert [model[k] for k in sizes] == [shipped_model[k] for k in sizes]
+    pretrained = json.loads((shipped / "tokenizer.json").read_text())["tokens"]
+    tokens = json.loads((out / "tokenizer.json").read_text())["tokens"]
+    assert tokens[: len(pretrained)] == pretrained and len(tokens) > len(pretrained)
