@@ -2,7 +2,7 @@
 
     python benchmarks/pretraining_objectives.py dataset/MOSES_train.csv.gz \\
         dataset/MOSES_test.csv.gz --molecules 200000 --steps 1500 --seeds 0 1 2 \\
-        --encoder shipped=models/moses_mlm --output docs/pretraining_objectives.json
+        --encoder shipped=models/moses_descriptors --output docs/pretraining_objectives.json
 
 The first --molecules molecules of the corpus and the first 5,000 of the held-out CSV are
 prepared with RDKit descriptors. For each objective of scripts/pretrain_ddp.py (masked

@@ -175,7 +175,7 @@ def test_the_descriptor_objective_learns_from_a_corpus_prepared_with_descriptors
 
 
 def test_a_bare_clone_fine_tunes_from_the_shipped_encoder(bbbp_subset, tmp_path):
-    shipped = ROOT / "models" / "moses_mlm"
+    shipped = ROOT / "models" / "moses_descriptors"
     out = tmp_path / "fine"
     result = run_script(
         [SINGLE, bbbp_subset, "--init-from", shipped, *FAST_FLAGS, "--output-dir", out]
