@@ -112,6 +112,12 @@ def prepare_slices(args, work):
     return corpus, held_out
 
 
+def model_flags(args):
+    """The encoder's sizes, alike for every pretraining run and every classifier."""
+    embedding, d_model, layers = args.model
+    return ["--embedding-dim", embedding, "--d-model", d_model, "--num-layers", layers]
+
+
 def torchrun(script, *flags):
     return [
         sys.executable,
@@ -127,7 +133,6 @@ def torchrun(script, *flags):
 def pretrain(objective, corpus, held_out, args, work):
     """One pretraining run: its folder and its figures (metrics.json)."""
     output = work / f"pretrain-{objective}"
-    embedding, d_model, layers = args.model
     started = time.perf_counter()
     run_job(
         torchrun(
@@ -139,12 +144,7 @@ def pretrain(objective, corpus, held_out, args, work):
             objective,
             "--max-steps",
             args.steps,
-            "--embedding-dim",
-            embedding,
-            "--d-model",
-            d_model,
-            "--num-layers",
-            layers,
+            *model_flags(args),
             "--lr",
             "2e-3",
             "--lr-schedule",
@@ -175,7 +175,6 @@ def summary(metrics):
 def fine_tune(arm, encoder, seed, args, work):
     """One classifier run on the fine-tuning data: its metrics.json."""
     output = work / f"fine-{arm}-{seed}"
-    embedding, d_model, layers = args.model
     init = ["--init-from", encoder] if encoder else []
     run_job(
         torchrun(
@@ -186,12 +185,7 @@ def fine_tune(arm, encoder, seed, args, work):
             args.split,
             "--split-sizes",
             args.split_sizes,
-            "--embedding-dim",
-            embedding,
-            "--d-model",
-            d_model,
-            "--num-layers",
-            layers,
+            *model_flags(args),
             "--seed",
             seed,
             "--epochs",
