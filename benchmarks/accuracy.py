@@ -112,6 +112,32 @@ RECIPES = {
         "--patience",
         "20",
     ],
+    # issue 41: the shipped encoder (pretrained on MOSES to regress RDKit descriptors),
+    # fine-tuned whole from the first step, or with the encoder frozen for 5 epochs first
+    "pretrained": ["--init-from", "models/moses_descriptors"],
+    "pretrained-frozen": [
+        "--init-from",
+        "models/moses_descriptors",
+        "--freeze-pretrained-epochs",
+        "5",
+    ],
+    "pretrained-augment-long": [
+        "--init-from",
+        "models/moses_descriptors",
+        "--augment",
+        "--epochs",
+        "100",
+        "--patience",
+        "20",
+    ],
+    # what chemists add: computed descriptors beside the encoding, alone and with the encoder
+    "features": ["--extra-features", "rdkit2d"],
+    "pretrained-features": [
+        "--init-from",
+        "models/moses_descriptors",
+        "--extra-features",
+        "rdkit2d",
+    ],
 }
 CLASSIFICATION_RECIPES = {"weighted"}  # planned on classification data sets only
 
@@ -920,7 +946,7 @@ def main(args):
     keep_new_predictions(runs, ledger, placed, args, fresh=changed)
     save_ledger(ledger, args.ledger)
     if not args.write_only:
-        chosen = [r for r in runs if args.only is None or args.only in r.key + "/"]
+        chosen = [r for r in runs if args.only is None or any(o in r.key + "/" for o in args.only)]
         waiting = [r for r in chosen if placed[r.dataset] is not None and r.key not in ledger]
         for run in sorted(
             waiting, key=lambda r: r.model != "forest"
@@ -980,8 +1006,10 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--only",
+        nargs="+",
+        metavar="TEXT",
         help="run only the runs whose name (as --list prints it, plus a final /) "
-        "contains this, e.g. forest, scaffold_0.8 or network_canonical/ "
+        "contains one of these, e.g. forest, scaffold_0.8 or network_canonical/ "
         "(the report still covers the whole grid)",
     )
     parser.add_argument(

@@ -41,6 +41,7 @@ from partorch.molecules.splits import describe_split, split_molecules  # noqa: E
 from partorch.molecules.tasks import build_task, choose_task_kind  # noqa: E402
 
 FINGERPRINT = dict(radius=2, bits=2048)
+PRESETS = {"quick": {}}  # named sets of your flags' values: none measured here
 
 
 def add_data_and_model_flags(data, model):
@@ -93,7 +94,7 @@ def build_model(args, data, device):
 
 
 def build_parser():
-    parser = FlagParser(__doc__)
+    parser = FlagParser(__doc__, presets=PRESETS)  # --preset NAME: a set of flag values
     groups = map(parser.add_argument_group, ("data", "model", "training", "distributed", "output"))
     data, model, training, distributed, output = groups
     add_data_and_model_flags(data, model)

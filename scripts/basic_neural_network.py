@@ -30,6 +30,7 @@ RUN_ONLY |= {"test_every_epoch", "dist_timeout"}
 from partorch import molecules  # noqa: E402  (the SMILES parts: replace them with yours)
 
 add_data_and_model_flags = molecules.add_molecule_flags  # (data group, model group): your flags
+PRESETS = molecules.PRESETS  # named sets of your flags' values (--preset NAME, listed in --help)
 
 
 def build_data(args):
@@ -39,7 +40,8 @@ def build_data(args):
         task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
         split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
         tokenizer=args.tokenizer, augment=args.augment, tta=args.tta, init_from=args.init_from,
-        class_weight=args.class_weight, max_smiles_length=args.max_smiles_length)
+        class_weight=args.class_weight, max_smiles_length=args.max_smiles_length,
+        extra_features=args.extra_features)
 
 
 def build_model(args, data, device):
@@ -47,13 +49,14 @@ def build_model(args, data, device):
     molecules.RNNPredictor.check_amp(args.amp, device)
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
-                   bidirectional=args.bidirectional, num_outputs=len(data.task.output_columns))
+                   bidirectional=args.bidirectional, num_outputs=len(data.task.output_columns),
+                   extra_features=data.train.feature_count)
     return molecules.rnn_predictor(hparams, data.train.tokenizer, args.init_from, device)
 # ========================================= END ADAPT =========================================
 
 
 def build_parser():
-    parser = FlagParser(__doc__)
+    parser = FlagParser(__doc__, presets=PRESETS)  # --preset NAME: a set of flag values
     groups = map(parser.add_argument_group, ("data", "model", "training", "distributed", "output"))
     data, model, training, distributed, output = groups
     add_data_and_model_flags(data, model)

@@ -9,19 +9,20 @@
         --output out.parquet
 
 MODEL_DIR is a training run's --output-dir (best_model.pt, hparams.json,
-task.json, tokenizer.json). Each task's column is named after the label
-column it was trained on: the probability of class 1 for classification,
-the predicted value in the label's units for regression. Several MODEL_DIRs
-trained for the same tasks (one run per seed, say) give the mean of their
-predictions in that column and, right after it, the column NAME_std: the
-standard deviation over the models (population, ddof=0), high where the
-models disagree. Molecules are written as each model was trained on them
-(canonical SMILES unless it was trained with --smiles-form raw). A row that
-is empty, that RDKit cannot parse, or that holds tokens outside a model's
-vocabulary is reported on stderr with its row number and left empty (in
-every column, when any model could not read it); the others are still
-predicted. --output writes Parquet when its name ends in .parquet, CSV
-otherwise. On a terminal, a progress bar on stderr counts the molecules.
+task.json, tokenizer.json, and extra_features.json for a model trained with
+--extra-features: those features are computed here the same way). Each task's
+column is named after the label column it was trained on: the probability of
+class 1 for classification, the predicted value in the label's units for
+regression. Several MODEL_DIRs trained for the same tasks (one run per seed,
+say) give the mean of their predictions in that column and, right after it, the
+column NAME_std: the standard deviation over the models (population, ddof=0),
+high where the models disagree. Molecules are written as each model was trained
+on them (canonical SMILES unless it was trained with --smiles-form raw). A row
+that is empty, that RDKit cannot parse, or that holds tokens outside a model's
+vocabulary is reported on stderr with its row number and left empty (in every
+column, when any model could not read it); the others are still predicted.
+--output writes Parquet when its name ends in .parquet, CSV otherwise. On a
+terminal, a progress bar on stderr counts the molecules.
 """
 
 import argparse
@@ -44,6 +45,7 @@ from partorch import (
     run_main,
 )
 from partorch.ddp.files import atomic_write, atomic_write_text
+from partorch.molecules.features import features_from_dict
 from partorch.molecules.table import read_frame
 from partorch.molecules.tasks import task_from_dict
 from partorch.molecules.tokenizer import tokenizer_from_dict
@@ -89,21 +91,27 @@ def check_output(path):
 
 
 def load_model(model_dir, device):
-    """(model, task, tokenizer, SMILES form) of one training run's folder."""
+    """(model, task, tokenizer, SMILES form, features or None) of one training run's folder."""
     model, descriptions = load_model_dir(model_dir, build_model, device)
     task, tokenizer = (
         task_from_dict(descriptions["task"]),
         tokenizer_from_dict(descriptions["tokenizer"]),
     )
+    features = features_from_dict(descriptions.get("extra_features"))
+    if getattr(model, "extra_features", 0) != (len(features) if features else 0):
+        raise PartorchError(
+            f"{model_dir}: its model reads {model.extra_features} extra features, its "
+            f"extra_features.json describes {len(features) if features else 'none'}"
+        )
     # the form the model was trained on; a model from before canonical SMILES read raw strings
-    return model, task, tokenizer, descriptions["hparams"].get("smiles_form", "raw")
+    return model, task, tokenizer, descriptions["hparams"].get("smiles_form", "raw"), features
 
 
 def load_models(model_dirs, device):
     """Every model, checked to predict the same tasks, before any SMILES is read."""
     models = [load_model(model_dir, device) for model_dir in model_dirs]
     first = models[0][1]
-    for model_dir, (_, task, _, _) in zip(model_dirs, models):
+    for model_dir, (_, task, *_) in zip(model_dirs, models):
         if (task.kind, task.output_columns) != (first.kind, first.output_columns):
             raise PartorchError(
                 f"{model_dir} predicts {task.kind} of {task.output_columns}, {model_dirs[0]} "
@@ -147,7 +155,7 @@ def write_output(path, column, smiles, names, values):
 def predict_all(models, smiles, device, batch_size):
     """(each model's predictions, {position: the first model's failure message})."""
     predictions, failed = [], {}
-    for k, (model, task, tokenizer, form) in enumerate(models, 1):
+    for k, (model, task, tokenizer, form, features) in enumerate(models, 1):
         outputs, failures = predict_smiles(
             model,
             tokenizer,
@@ -156,6 +164,7 @@ def predict_all(models, smiles, device, batch_size):
             batch_size,
             smiles_form=form,
             progress=f"model {k}/{len(models)}" if len(models) > 1 else True,
+            features=features,
         )
         predictions.append(task.predictions(outputs))
         for position, message in failures:

@@ -49,15 +49,21 @@ def _format(path):
 
 def apply_config(parser, path):
     """Make each of the file's values the default of its flag in `parser`."""
+    apply_values(parser, read_config(path), f"--config {path}")
+
+
+def apply_values(parser, values, source):
+    """Make each of `values` ({flag name: value}, from `source`: a file, a preset) the default
+    of its flag in `parser`."""
     actions = _actions_by_name(parser)
-    for key, value in read_config(path).items():
+    for key, value in values.items():
         action = actions.get(str(key).lstrip("-").replace("_", "-"))
         if action is None or action.dest == "config":
-            raise ConfigError(f"--config {path}: unknown key {key!r}: no such flag in this script")
+            raise ConfigError(f"{source}: unknown key {key!r}: no such flag in this script")
         try:
             action.default = _parsed(action, value)
         except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"--config {path}: {key}: {exc}") from None
+            raise ConfigError(f"{source}: {key}: {exc}") from None
         if not action.option_strings:  # a positional the file gives need not be typed again
             action.nargs, action.required = "?", False
 

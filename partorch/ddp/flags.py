@@ -3,11 +3,12 @@ and the exit policy of a job with many ranks (a bad flag is reported by
 every rank, and none leaves before its peers could say so too)."""
 
 import argparse
+import os
 import sys
 
 import torch
 
-from .config import ConfigError, apply_config
+from .config import ConfigError, apply_config, apply_values, read_config
 from .errors import exit_after_peers
 
 
@@ -47,13 +48,30 @@ class FlagParser(argparse.ArgumentParser):
         "one, else start (a requeued job); latest: the newest unfinished run in the default folder",
     )
 
-    def __init__(self, doc):
+    def __init__(self, doc, presets=None):
+        """`presets`: see add_presets."""
         super().__init__(description=doc, formatter_class=_Formatter)
+        self.presets = {}
         self.add_argument(
             "--config",
             metavar="FILE",
             help="YAML or JSON file of flag values, keyed by flag name (a run folder's "
             "config.yaml repeats that run); flags on the command line win over it",
+        )
+        if presets:
+            self.add_presets(presets)
+
+    def add_presets(self, presets):
+        """--preset NAME: `presets` maps each name to flag values ({flag name: value}) that
+        become defaults, as --config's do; a config file's values and the command line's win
+        over them. The first name is the default; --help lists what each sets."""
+        self.presets = dict(presets)
+        described = "; ".join(f"{name}: {describe_flags(v)}" for name, v in self.presets.items())
+        self.add_argument(
+            "--preset",
+            choices=list(self.presets),
+            default=next(iter(self.presets)),
+            help=f"a named set of flag values, which flags given here override ({described})",
         )
 
     @staticmethod
@@ -88,14 +106,20 @@ class FlagParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else [str(arg) for arg in args]
-        config = argparse.ArgumentParser(add_help=False)
-        config.add_argument("--config")
-        path = config.parse_known_args(args)[0].config
-        if path:  # its values become defaults: what the command line gives still wins
-            try:
-                apply_config(self, path)
-            except ConfigError as exc:
-                self.error(str(exc))
+        early = argparse.ArgumentParser(add_help=False)
+        early.add_argument("--config")
+        early.add_argument("--preset")
+        known = early.parse_known_args(args)[0]
+        try:  # defaults in layers: a preset's, then the file's; the command line wins over both
+            preset = known.preset or (read_config(known.config) if known.config else {}).get(
+                "preset"
+            )
+            if preset in self.presets:  # another name: argparse says so, naming the choices
+                apply_values(self, self.presets[preset], f"--preset {preset}")
+            if known.config:
+                apply_config(self, known.config)
+        except ConfigError as exc:
+            self.error(str(exc))
         parsed = super().parse_args(args, namespace)
         del parsed.config  # where the flags came from: their values are the run's flags
         resume = getattr(parsed, "resume", None)
@@ -107,6 +131,22 @@ class FlagParser(argparse.ArgumentParser):
         if getattr(parsed, "amp", None) == "fp16" and not torch.cuda.is_available():
             self.error("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
         return parsed
+
+
+def describe_flags(values):
+    """{flag name: value} as a command line's flags: `--augment --epochs 100`."""
+    if not values:
+        return "the defaults"
+    words = []
+    for name, value in values.items():
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, str) and os.path.isabs(value):  # a folder of this project's
+            words.append(f"{flag} {os.path.relpath(value)}")
+        else:
+            words.append(f"{flag} {value}")
+    return " ".join(words)
 
 
 def flag_values(args, ignore=()):

@@ -12,12 +12,13 @@ task replaces (the scripts' ADAPT block calls them).
     prepared   a CSV prepared once into memory-mapped arrays (large corpora)
     pretraining  the masked-token objective, and --init-from's fine-tuning start
     inference  model outputs for new SMILES
-    flags      the flags of the parts above
+    features   computed features beside the encoding (--extra-features)
+    flags      the flags of the parts above, and --preset's recipes
 """
 
 from .data import molecule_data
 from .datasets import SmilesDataset, smiles_dataset
-from .flags import add_molecule_flags
+from .flags import PRESETS, add_molecule_flags
 from .inference import predict_smiles
 from .pretraining import rnn_predictor
 from .rnn import RNNPredictor
@@ -27,6 +28,7 @@ from .tasks import BinaryClassification, Regression, task_from_dict
 from .tokenizer import BytesTokenizer, SmilesTokenizer, tokenizer_from_dict
 
 __all__ = [
+    "PRESETS",
     "BinaryClassification",
     "BytesTokenizer",
     "RNNPredictor",

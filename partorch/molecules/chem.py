@@ -47,17 +47,21 @@ def scaffold_groups(smiles):
     return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 
 
-def morgan_fingerprints(smiles, radius=2, bits=2048):
-    """One row of bits per molecule; all zeros where RDKit cannot parse it."""
+def morgan_fingerprints(smiles, radius=2, bits=2048, counts=False):
+    """One row of bits per molecule (with `counts`: how often each hashed environment
+    occurs); all zeros where RDKit cannot parse it."""
     Chem = _rdkit()
     from rdkit.Chem import rdFingerprintGenerator
 
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
-    rows = np.zeros((len(smiles), bits), dtype=np.uint8)
+    fingerprint = (
+        generator.GetCountFingerprintAsNumPy if counts else generator.GetFingerprintAsNumPy
+    )
+    rows = np.zeros((len(smiles), bits), dtype=np.uint32 if counts else np.uint8)
     for i, s in enumerate(smiles):
-        mol = Chem.MolFromSmiles(s)
+        mol = Chem.MolFromSmiles(s) if s else None
         if mol is not None:
-            rows[i] = generator.GetFingerprintAsNumPy(mol)
+            rows[i] = fingerprint(mol)
     return rows
 
 

@@ -8,6 +8,7 @@ from ..ddp.data import TrainingData
 from ..ddp.distributed import digest
 from ..ddp.logs import log
 from .datasets import smiles_dataset
+from .features import MoleculeFeatures
 from .pretraining import pretrained_tokens
 from .splits import DEFAULT_SIZES, describe_split, split_molecules
 from .table import MAX_SMILES_LENGTH, drop_long_smiles, read_molecule_csv, timed
@@ -33,10 +34,14 @@ def molecule_data(
     class_weight="none",
     max_smiles_length=MAX_SMILES_LENGTH,
     init_from=None,
+    extra_features="none",
 ):
     """TrainingData for the molecules of a CSV; the arguments are the flags
     of `add_molecule_flags` (see their help) and the run's seed. With `init_from`
-    (a pretrained encoder's folder) the vocabulary extends the encoder's."""
+    (a pretrained encoder's folder) the vocabulary extends the encoder's. With
+    `extra_features` the datasets carry computed features too (`feature_count` of them),
+    their statistics from the training split, described as "extra_features" (saved as
+    extra_features.json)."""
     parse = validate_smiles or "scaffold" in split
     table = read_molecule_csv(
         path, smiles_column, label_columns, strict=strict, smiles_form=smiles_form, parse=parse
@@ -50,7 +55,8 @@ def molecule_data(
     with timed(f"{tokenizer} vocabulary"):
         vocabulary = build_tokenizer(tokenizer, table, augment or tta > 0, base_tokens)
     unseen = unseen_token_warning(table, base_tokens, path) if init_from else None
-    datasets = _datasets(table, splits, vocabulary, seed, augment, tta)
+    features, feature_rows = _features(extra_features, table.smiles, splits.train)
+    datasets = _datasets(table, splits, vocabulary, seed, augment, tta, feature_rows)
     log.info(
         "%s: train %d, dev %d, test %d molecules (%s split)",
         path,
@@ -65,6 +71,7 @@ def molecule_data(
         descriptions={
             "tokenizer": vocabulary.to_dict(),
             "splits": describe_split(table, splits, split, seed, split_sizes),
+            **({"extra_features": features.to_dict()} if features else {}),
         },
         digests={
             "molecules": digest([table.smiles, table.labels.tolist()]),
@@ -76,11 +83,22 @@ def molecule_data(
     )
 
 
-def _datasets(table, splits, vocabulary, seed, augment, tta):
+def _features(kind, smiles, train_indices):
+    """(the fitted features or None, every molecule's row of them or None)."""
+    if kind == "none":
+        return None, None
+    with timed(f"{kind} features of {len(smiles):,} molecules"):
+        features, raw = MoleculeFeatures.fit(kind, smiles, train_indices)
+        return features, features.transform(raw)
+
+
+def _datasets(table, splits, vocabulary, seed, augment, tta, feature_rows=None):
     """Train, dev and test SMILES datasets; each molecule is tokenized here, once."""
 
     def subset(indices, rewritable):  # a molecule's random SMILES come from (seed, epoch, its row)
-        return smiles_dataset(table.smiles, table.labels, vocabulary, indices, rewritable, seed)
+        return smiles_dataset(
+            table.smiles, table.labels, vocabulary, indices, rewritable, seed, feature_rows
+        )
 
     with timed(f"tokenized {len(table.smiles):,} molecules"):
         return (

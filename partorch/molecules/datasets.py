@@ -1,7 +1,8 @@
 """SMILES datasets: molecules tokenized once into tensors of ids, optionally
 rewritten as random SMILES each epoch. Their batches are `Batch((token ids,
-lengths), targets)`; the `lengths` let the bucket sampler group molecules of
-similar length."""
+lengths), targets)`, or `Batch((token ids, lengths, features), targets)` with
+computed features (--extra-features); the `lengths` let the bucket sampler group
+molecules of similar length."""
 
 import numpy as np
 import torch
@@ -13,22 +14,26 @@ from .chem import random_smiles
 
 
 def collate_token_ids(items):
-    """Batch((token ids [B, T] padded with 0, lengths [B]), targets [B, tasks])."""
-    ids, targets = zip(*items)
+    """Batch((token ids [B, T] padded with 0, lengths [B][, features [B, k]]), targets [B, tasks])
+    from items (token ids[, features], targets)."""
+    ids, *features, targets = zip(*items)
     lengths = torch.tensor([len(t) for t in ids])
     tokens = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
     for row, t in enumerate(ids):
         tokens[row, : len(t)] = t
-    return Batch((tokens, lengths), torch.stack(targets))
+    return Batch((tokens, lengths, *map(torch.stack, features)), torch.stack(targets))
 
 
 class SmilesDataset(Dataset):
-    """Molecules tokenized once, up front, into tensors of ids."""
+    """Molecules tokenized once, up front, into tensors of ids; with `features` (an array
+    [molecules, k]), each item carries its molecule's row too."""
 
     collate = staticmethod(collate_token_ids)
 
-    def __init__(self, smiles_list, labels, tokenizer):
+    def __init__(self, smiles_list, labels, tokenizer, features=None):
         self.tokenizer = tokenizer
+        self.features = None if features is None else torch.as_tensor(features, dtype=torch.float32)
+        self.feature_count = 0 if features is None else self.features.shape[1]
         self.token_ids = [torch.tensor(tokenizer.encode(s), dtype=torch.long) for s in smiles_list]
         self.targets = as_targets(labels)
         self.lengths = np.array([len(t) for t in self.token_ids])
@@ -39,7 +44,12 @@ class SmilesDataset(Dataset):
         return len(self.token_ids)
 
     def __getitem__(self, i):
-        return self.token_ids[i], self.targets[i]
+        return self._item(i, self.token_ids[i])
+
+    def _item(self, i, token_ids):
+        if self.features is None:
+            return token_ids, self.targets[i]
+        return token_ids, self.features[i], self.targets[i]
 
 
 class AugmentedSmilesDataset(SmilesDataset):
@@ -55,8 +65,8 @@ class AugmentedSmilesDataset(SmilesDataset):
     same lengths on every rank to build the same global batches.
     """
 
-    def __init__(self, smiles_list, labels, tokenizer, seed=0, keys=None):
-        super().__init__(smiles_list, labels, tokenizer)
+    def __init__(self, smiles_list, labels, tokenizer, seed=0, keys=None, features=None):
+        super().__init__(smiles_list, labels, tokenizer, features)
         self.smiles, self.seed, self.epoch = list(smiles_list), seed, None
         self.keys = (
             np.arange(len(self.smiles)) if keys is None else np.asarray(keys, dtype=np.int64)
@@ -70,15 +80,22 @@ class AugmentedSmilesDataset(SmilesDataset):
             return super().__getitem__(i)
         rng = np.random.default_rng([self.seed, self.epoch, int(self.keys[i])])
         rewritten = random_smiles([self.smiles[i]], rng)[0]
-        return torch.tensor(self.tokenizer.encode(rewritten), dtype=torch.long), self.targets[i]
+        return self._item(i, torch.tensor(self.tokenizer.encode(rewritten), dtype=torch.long))
 
 
-def smiles_dataset(smiles_list, labels, tokenizer, indices=None, augment=False, seed=0):
-    """The tutorial's way in: lists of SMILES and labels, optionally a subset by `indices`."""
+def smiles_dataset(
+    smiles_list, labels, tokenizer, indices=None, augment=False, seed=0, features=None
+):
+    """The tutorial's way in: lists of SMILES and labels (and optionally an array of features,
+    a row per molecule), optionally a subset by `indices`."""
     keys = indices
     if indices is not None:
+        rows = np.asarray(indices, dtype=int)
         smiles_list = [smiles_list[i] for i in indices]
-        labels = np.asarray(labels)[np.asarray(indices, dtype=int)]
+        labels = np.asarray(labels)[rows]
+        features = None if features is None else np.asarray(features)[rows]
     if augment:
-        return AugmentedSmilesDataset(smiles_list, labels, tokenizer, seed=seed, keys=keys)
-    return SmilesDataset(smiles_list, labels, tokenizer)
+        return AugmentedSmilesDataset(
+            smiles_list, labels, tokenizer, seed=seed, keys=keys, features=features
+        )
+    return SmilesDataset(smiles_list, labels, tokenizer, features)

@@ -4,11 +4,28 @@ SMILES become tokens, and the recurrent model's size. A script adds them to
 its own `--help` groups; a script adapted to other data drops them."""
 
 import argparse
+from pathlib import Path
 
 from ..ddp.flags import FlagParser
+from .features import FEATURE_KINDS
 from .splits import DEFAULT_SIZES, SPLITS, parse_sizes
 from .table import MAX_SMILES_LENGTH, SMILES_FORMS
 from .tasks import CLASS_WEIGHTS, TASK_KINDS
+
+# The encoder that ships with the project (see its README), found from the package's place
+SHIPPED_ENCODER = Path(__file__).resolve().parents[2] / "models" / "moses_descriptors"
+# --preset (a script's parser.add_presets): flag values by name. quick is the defaults, what the
+# usage line runs in about a minute on BBBP; accurate is the recipe docs/accuracy.md chose on
+# dev scores (never test's), at several times the cost.
+PRESETS = {
+    "quick": {},
+    "accurate": {
+        "init-from": str(SHIPPED_ENCODER),
+        "augment": True,
+        "epochs": 100,
+        "patience": 20,
+    },
+}
 
 
 def _split_sizes(text):
@@ -62,6 +79,14 @@ def add_molecule_flags(data, model=None):
         default="none",
         help="balanced: each label column's positives weighted in the loss by its training "
         "negatives per positive, for rare classes (classification only)",
+    )
+    add(
+        "--extra-features",
+        choices=FEATURE_KINDS,
+        default="none",
+        help="computed features the head reads beside the SMILES encoding: rdkit2d (15 RDKit "
+        "2D descriptors, standardised on the training split) or morgan (log counts of 2048 "
+        "Morgan environments, radius 2); saved with the model for scripts/predict.py",
     )
     if model is not None:
         add_rnn_flags(model)

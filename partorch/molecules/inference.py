@@ -10,7 +10,14 @@ from .datasets import smiles_dataset
 
 
 def predict_smiles(
-    model, tokenizer, smiles_list, device, batch_size=256, smiles_form="raw", progress=False
+    model,
+    tokenizer,
+    smiles_list,
+    device,
+    batch_size=256,
+    smiles_form="raw",
+    progress=False,
+    features=None,
 ):
     """Model outputs [molecules, tasks] for SMILES strings, in input order,
     each written in `smiles_form`, the form the model was trained on. The
@@ -23,7 +30,8 @@ def predict_smiles(
     in failures; the rest are still predicted.
 
     progress: a bar of the molecules predicted on stderr, shown only on a
-    terminal (a string labels it).
+    terminal (a string labels it). features: the MoleculeFeatures the model was
+    trained with (--extra-features), computed here for each molecule.
     """
     written = canonical_smiles(smiles_list) if smiles_form == "canonical" else list(smiles_list)
     encodable, failures = [], []
@@ -39,7 +47,9 @@ def predict_smiles(
             )
     if not encodable:
         return np.full((len(smiles_list), getattr(model, "num_outputs", 1)), np.nan), failures
-    dataset = smiles_dataset([written[i] for i in encodable], np.zeros(len(encodable)), tokenizer)
+    kept = [written[i] for i in encodable]
+    rows = None if features is None else features.compute(kept)
+    dataset = smiles_dataset(kept, np.zeros(len(encodable)), tokenizer, features=rows)
     loader = get_dataloader(dataset, batch_size=batch_size)
     with tqdm(
         total=len(encodable),

@@ -165,20 +165,27 @@ class RNNEncoder(nn.Module):
 
 
 class RNNPredictor(RNNEncoder):
-    """The encoder, then a small MLP head: one output per task."""
+    """The encoder, then a small MLP head: one output per task. With `extra_features` (k),
+    the head reads k computed features of each molecule beside the encoding."""
 
-    def __init__(self, vocab_size, *, num_outputs=1, dropout=0.2, **encoder):
+    def __init__(self, vocab_size, *, num_outputs=1, extra_features=0, dropout=0.2, **encoder):
         super().__init__(vocab_size, dropout=dropout, **encoder)
-        self.num_outputs = num_outputs
+        self.num_outputs, self.extra_features = num_outputs, extra_features
         d_model = self.lstm.hidden_size
         self.head = nn.Sequential(
-            nn.Linear(self.output_size, d_model),
+            nn.Linear(self.output_size + extra_features, d_model),
             nn.ReLU(),
             nn.Dropout(dropout),
             nn.Linear(d_model, num_outputs),
         )
 
-    def forward(self, tokens, lengths):
+    def forward(self, tokens, lengths, features=None):
         """Outputs [batch, num_outputs]: logits for classification, standardised values
         for regression."""
-        return self.head(self.dropout(self.encode(tokens, lengths)))
+        encoding = self.dropout(self.encode(tokens, lengths))
+        if self.extra_features:
+            if features is None or features.shape[-1] != self.extra_features:
+                got = "none" if features is None else features.shape[-1]
+                raise PartorchError(f"the model reads {self.extra_features} features; got {got}")
+            encoding = torch.cat([encoding, features.to(encoding.dtype)], dim=-1)
+        return self.head(encoding)

@@ -76,3 +76,40 @@ def test_yaml_s_yes_and_off_are_the_choices_they_name_and_no_names_are_refused(t
     with pytest.raises(SystemExit):
         _parser().parse_args(["d.csv", "--config", str(path)])
     assert "unknown key 'no-bidirectional'" in capsys.readouterr().err
+
+
+def test_a_preset_sets_defaults_that_a_config_file_and_the_command_line_override(tmp_path):
+    from partorch.molecules.flags import PRESETS, SHIPPED_ENCODER
+
+    quick = _parser().parse_args(["data.csv"])
+    assert quick.preset == "quick" and quick.init_from is None and quick.epochs == 30
+    accurate = _parser().parse_args(["data.csv", "--preset", "accurate", "--epochs", "3"])
+    assert accurate.preset == "accurate" and accurate.epochs == 3  # the command line wins
+    assert accurate.init_from == str(SHIPPED_ENCODER) and SHIPPED_ENCODER.is_dir()
+    for flag, value in PRESETS["accurate"].items():
+        if flag != "epochs":
+            assert getattr(accurate, flag.replace("-", "_")) == value
+    path = tmp_path / "run.yaml"  # a run's config.yaml names its preset and its values
+    path.write_text("preset: accurate\npatience: 7\n")
+    from_file = _parser().parse_args(["data.csv", "--config", str(path)])
+    assert from_file.preset == "accurate" and from_file.patience == 7
+    assert from_file.init_from == str(SHIPPED_ENCODER)
+
+
+def test_help_lists_each_preset_and_what_it_sets(capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--preset {quick,accurate}" in text and "quick: the defaults" in text
+    assert "accurate: --init-from models/moses_descriptors --augment --epochs 100" in text
+
+
+def test_an_unknown_preset_or_a_preset_naming_no_flag_is_one_error(capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["data.csv", "--preset", "fastest"])
+    assert "argument --preset: invalid choice: 'fastest'" in capsys.readouterr().err
+    parser = _parser()
+    parser.presets["broken"] = {"no-such-flag": 1}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["data.csv", "--preset", "broken"])
+    assert "--preset broken: unknown key 'no-such-flag'" in capsys.readouterr().err

@@ -21,7 +21,7 @@ LAYERS = [
     {"ddp.run_dir", "ddp.report", "ddp.flags"},
     {"ddp.optimization"},
     {"molecules.chem"},
-    {"molecules.table", "molecules.tokenizer"},
+    {"molecules.table", "molecules.tokenizer", "molecules.features"},
     {"molecules.splits", "molecules.datasets", "molecules.tasks", "molecules.rnn"},
     {"molecules.prepared", "molecules.pretraining"},
     {"molecules.data", "molecules.inference", "molecules.flags"},

@@ -1,0 +1,80 @@
+"""--extra-features' parts: features fitted on the training split only, saved and read back,
+carried through the datasets' batches, and read by the model's head."""
+
+import numpy as np
+import pytest
+import torch
+
+from partorch import PartorchError
+from partorch.molecules.chem import DESCRIPTORS
+from partorch.molecules.datasets import smiles_dataset
+from partorch.molecules.features import MORGAN_BITS, MoleculeFeatures, features_from_dict
+from partorch.molecules.rnn import RNNPredictor
+from partorch.molecules.tokenizer import SmilesTokenizer
+
+SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC", "not a molecule", "OCC(O)CO"]
+
+
+def test_descriptors_are_standardised_with_the_training_split_s_statistics_only():
+    train = [0, 1, 2]
+    features, raw = MoleculeFeatures.fit("rdkit2d", SMILES, train)
+    assert features.columns == list(DESCRIPTORS) and raw.shape == (len(SMILES), len(DESCRIPTORS))
+    assert np.allclose(features.mean, raw[train].mean(axis=0))
+    values = features.transform(raw)
+    assert values.dtype == np.float32
+    assert np.allclose(values[train].mean(axis=0), 0, atol=1e-5)  # centred on train...
+    assert not np.allclose(values[3:].mean(axis=0), 0, atol=1e-3)  # ...not on the others
+    # a molecule RDKit cannot read gets the training mean (0) in every column, not NaN
+    assert np.isfinite(values).all() and np.all(values[4] == 0)
+    assert np.array_equal(features.compute(SMILES), values)  # compute = transform(raw)
+
+
+def test_morgan_features_are_log_counts_left_unscaled():
+    features, raw = MoleculeFeatures.fit("morgan", SMILES, [0, 1])
+    assert len(features) == MORGAN_BITS and raw.shape == (len(SMILES), MORGAN_BITS)
+    values = features.compute(SMILES)
+    assert np.allclose(values, raw) and values.min() == 0
+    assert np.allclose(np.expm1(values[0]).sum(), 6)  # ethanol's 3 atoms, radius 0 to 2: 6
+    assert values[4].sum() == 0  # unparsable: no environment
+
+
+def test_features_survive_their_json_and_a_foreign_one_is_refused():
+    features, _ = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2, 3])
+    again = features_from_dict(features.to_dict())
+    assert again == features and np.array_equal(again.compute(SMILES), features.compute(SMILES))
+    assert features_from_dict(None) is None
+    with pytest.raises(PartorchError, match="extra_features.json holds"):
+        features_from_dict({"kind": "morgan", "radius": 2, "bits": 2048})
+    with pytest.raises(PartorchError, match="unknown extra features"):
+        MoleculeFeatures.fit("maccs", SMILES, [0])
+
+
+@pytest.mark.parametrize("augment", [False, True])
+def test_batches_carry_each_molecule_s_own_row_of_features(augment):
+    smiles = ["CCO", "CCCCCCO", "CN", "c1ccccc1"]
+    tokenizer = SmilesTokenizer.build(smiles)
+    rows = np.arange(4 * 3, dtype=np.float32).reshape(4, 3)
+    dataset = smiles_dataset(smiles, [0, 1, 0, 1], tokenizer, [3, 1], augment, features=rows)
+    assert dataset.feature_count == 3
+    if augment:
+        dataset.set_epoch(1)  # rewritten strings, the same molecules' features
+    batch = dataset.collate([dataset[0], dataset[1]])
+    tokens, lengths, features = batch.inputs
+    assert torch.equal(features, torch.tensor(rows[[3, 1]]))
+    assert tokens.shape[0] == 2 and batch.targets.flatten().tolist() == [1.0, 1.0]
+    plain = smiles_dataset(smiles, [0, 1, 0, 1], tokenizer)
+    assert plain.feature_count == 0 and len(plain.collate([plain[0]]).inputs) == 2
+
+
+def test_the_head_reads_the_features_beside_the_encoding():
+    torch.manual_seed(0)
+    model = RNNPredictor(10, extra_features=3, embedding_dim=8, d_model=8, num_layers=1).eval()
+    tokens, lengths = torch.tensor([[2, 3, 4], [5, 6, 0]]), torch.tensor([3, 2])
+    features = torch.zeros(2, 3)
+    before = model(tokens, lengths, features)
+    assert before.shape == (2, 1)
+    assert not torch.allclose(before, model(tokens, lengths, features + 1))
+    with pytest.raises(PartorchError, match="reads 3 features; got none"):
+        model(tokens, lengths)
+    with pytest.raises(PartorchError, match="reads 3 features; got 2"):
+        model(tokens, lengths, torch.zeros(2, 2))
