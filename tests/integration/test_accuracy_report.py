@@ -14,6 +14,7 @@ from sklearn.metrics import roc_auc_score
 REPORT = BENCHMARKS / "accuracy.py"
 CELL = "BBBP/stratified_0.72-0.18-0.1"
 SCAFFOLD = "BBBP/scaffold_0.8-0.1-0.1"
+pytestmark = pytest.mark.benchmark  # a benchmark script end to end, as test_benchmark.py's
 
 
 @pytest.mark.timeout(300)

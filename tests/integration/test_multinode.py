@@ -61,6 +61,7 @@ def test_two_nodes_train_together(tmp_path, bbbp_subset):
     assert len(list(out.glob("events.out.tfevents.*"))) == 1  # one TensorBoard writer across nodes
 
 
+@pytest.mark.faults  # injected (a worker killed), as the rest of the fault suite
 @pytest.mark.timeout(400)
 def test_a_worker_killed_on_one_node_restarts_the_job_on_both(tmp_path, bbbp_subset):
     """torchrun counts a restart only on the node whose worker died; the other node may restart its

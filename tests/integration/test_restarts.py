@@ -274,6 +274,7 @@ def test_killed_worker_restarts_and_resumes(tmp_path, bbbp_subset):
     assert [p.name for p in out.parent.iterdir()] == ["version_0"]
 
 
+@pytest.mark.faults  # injected (a peer that hangs), as the rest of the fault suite
 @pytest.mark.timeout(120)
 def test_hung_peer_ends_the_job_within_the_timeout(tmp_path):
     started = time.time()
@@ -475,6 +476,7 @@ def _predict(arguments, stdin):
     return [float(line.split(",")[1]) for line in result.stdout.splitlines()[1:]]
 
 
+@pytest.mark.faults  # injected (a read error), as the rest of the fault suite
 @pytest.mark.timeout(300)
 def test_a_transient_read_error_on_a_snapshot_is_retried_by_the_restart(tmp_path, bbbp_subset):
     out, fired = tmp_path / "run", tmp_path / "fired"
@@ -495,6 +497,7 @@ def test_a_transient_read_error_on_a_snapshot_is_retried_by_the_restart(tmp_path
     assert json.loads((out / "metrics.json").read_text())["epochs_completed"] == 2
 
 
+@pytest.mark.faults  # injected (a small disk), as the rest of the fault suite
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("script", [DDP, FAULT_TOLERANT], ids=["ddp", "fault_tolerant"])
 def test_a_full_disk_ends_in_one_line_and_leaves_the_last_snapshot_whole(
