@@ -140,6 +140,7 @@ RECIPES = {
     ],
 }
 CLASSIFICATION_RECIPES = {"weighted"}  # planned on classification data sets only
+PEERS = ("chemprop",)  # other models the network is compared with, beside the forest
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class Run:
     dataset: str
     split: str
     sizes: str
-    model: str  # "network" or "forest"
+    model: str  # "network", or a baseline: "forest" or "chemprop"
     form: str  # "canonical" or "raw"
     seed: int
     recipe: str = "default"  # network flags beyond the defaults: a key of RECIPES
@@ -178,7 +179,7 @@ class Run:
             and self.split in SEED_INDEPENDENT_SPLITS
         )
 
-    def command(self, csv, labels, processes):
+    def command(self, csv, labels, processes, chemprop="chemprop"):
         common = [
             str(csv),
             "--label-column",
@@ -194,6 +195,9 @@ class Run:
         ]
         if self.model == "forest":
             return [sys.executable, str(ROOT / "benchmarks" / "baseline_fingerprints.py"), *common]
+        if self.model == "chemprop":
+            baseline = ROOT / "benchmarks" / "baseline_chemprop.py"
+            return [sys.executable, str(baseline), *common, "--chemprop", chemprop]
         same_molecules = (
             ["--validate-smiles"] if self.form == "raw" else []
         )  # raw strings of the same 2,039
@@ -213,9 +217,12 @@ class Run:
         ]
 
 
-def plan(datasets, seeds, recipes=()):
+def plan(datasets, seeds, recipes=(), peers=()):
+    """Every run of the grid: the forest, `peers` (chemprop), the network's defaults and
+    `recipes`, each on every split of `datasets` for every seed; and the style lesson's."""
     models = [
         ("forest", "default"),
+        *((peer, "default") for peer in peers),
         ("network", "default"),
         *(("network", recipe) for recipe in recipes),
     ]
@@ -261,7 +268,8 @@ def execute(run, args, labels):
     there."""
     folder = run.folder(args.runs)
     folder.mkdir(parents=True, exist_ok=True)
-    command = run.command(Path(args.data_dir) / f"{run.dataset}.csv", labels, args.processes)
+    csv = Path(args.data_dir) / f"{run.dataset}.csv"
+    command = run.command(csv, labels, args.processes, args.chemprop or "chemprop")
     command += ["--output-dir", str(folder)]
     if run.model == "network" and (folder / "checkpoints" / "last.pt").exists():
         command.append("--resume")
@@ -470,22 +478,20 @@ def summary(scores):
     return statistics.mean(scores), sd
 
 
-def verdict(network, forest, higher_is_better):
-    """How the network's mean compares: beats / matches (within two standard errors) / loses, by how
-    much."""
+def verdict(network, forest, higher_is_better, names=("network", "forest")):
+    """How the network's mean compares with the forest's (or `names`' first with their second):
+    beats / matches (within two standard errors) / loses, by how much."""
     (mean_n, sd_n), (mean_f, sd_f) = summary(network), summary(forest)
     gain = (mean_n - mean_f) * (1 if higher_is_better else -1)
     noise = 2 * (sd_n**2 / len(network) + sd_f**2 / len(forest)) ** 0.5
     if gain > noise:
-        text = f"network better by {gain:.3f}"
+        text = f"{names[0]} better by {gain:.3f}"
     elif gain >= -noise:
         text = f"within noise ({gain:+.3f}, two standard errors {noise:.3f})"
     else:
-        text = f"forest better by {-gain:.3f}"
+        text = f"{names[1]} better by {-gain:.3f}"
     # a single figure (one seed, or an ensemble) has no spread of its own to put in the noise
-    alone = [
-        name for name, scores in (("network", network), ("forest", forest)) if len(scores) == 1
-    ]
+    alone = [name for name, scores in zip(names, (network, forest)) if len(scores) == 1]
     if alone:
         text += (
             f" ({' and '.join(f'one {name} figure' for name in alone)}: the noise leaves out "
@@ -530,7 +536,8 @@ def dataset_section(name, runs, done, ledger):
         _check_identical_splits(name, split, cell, done)
         scores, devs, minutes, ran = {}, {}, {}, {}  # ran: each label's seeds
         for label in sorted(
-            dict.fromkeys(r.label for r in cell), key=lambda m: (m == "forest", m != "network")
+            dict.fromkeys(r.label for r in cell),
+            key=lambda m: (m == "forest", m in PEERS, m != "network"),
         ):
             entries = [(r, done[r]) for r in cell if r.label == label]
             scores[label], ran[label] = (
@@ -555,7 +562,8 @@ def dataset_section(name, runs, done, ledger):
             dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher)
         )
         forest = scores.pop("forest", None)
-        for label, network in scores.items() if forest else ():
+        networks = {label: s for label, s in scores.items() if label not in PEERS}
+        for label, network in networks.items() if forest else ():
             recipe = "" if label == "network" else label.replace("network", "", 1)
             verdicts.append(
                 f"- {SPLIT_NAMES[split]} {_percent(sizes)}{recipe}: "
@@ -594,11 +602,20 @@ class Standing(NamedTuple):
     dev: float  # its mean dev score
     network: list
     higher: bool  # ROC AUC, or RMSE
+    chemprop: list = None  # its test scores, where it ran
 
     def row(self):
+        against_chemprop = "- | -"
+        if self.chemprop:
+            names = ("network", "chemprop")
+            against_chemprop = (
+                f"{_mean_sd(self.chemprop)} | "
+                f"{verdict(self.network, self.chemprop, self.higher, names)}"
+            )
         return (
             f"| {self.where} | {self.label} | {self.dev:.3f} | {_mean_sd(self.network)} | "
-            f"{_mean_sd(self.forest)} | {verdict(self.network, self.forest, self.higher)} |"
+            f"{_mean_sd(self.forest)} | {verdict(self.network, self.forest, self.higher)} | "
+            f"{against_chemprop} |"
         )
 
 
@@ -609,14 +626,16 @@ def dev_pick(where, scores, devs, ran, higher):
     if "forest" not in ran:
         return None
     full = [
-        label for label in ran if label != "forest" and sorted(devs[label]) == sorted(ran["forest"])
+        label
+        for label in ran
+        if label != "forest" and label not in PEERS and sorted(devs[label]) == sorted(ran["forest"])
     ]
     if not full:
         return None
     best = (max if higher else min)(full, key=lambda label: statistics.mean(devs[label].values()))
-    return Standing(
-        where, scores["forest"], best, statistics.mean(devs[best].values()), scores[best], higher
-    )
+    mean_dev = statistics.mean(devs[best].values())
+    chemprop = scores.get("chemprop")
+    return Standing(where, scores["forest"], best, mean_dev, scores[best], higher, chemprop)
 
 
 def standings_section(standings):
@@ -633,8 +652,8 @@ def standings_section(standings):
         "Scores are ROC AUC, or RMSE on the regression sets (lower is better).",
         "",
         "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test "
-        "| verdict |",
-        "|---|---|---|---|---|---|",
+        "| verdict | chemprop, test | verdict |",
+        "|---|---|---|---|---|---|---|---|",
         *(standing.row() for standing in standings),
         "",
     ]
@@ -845,6 +864,8 @@ over the seeds on this 2-core machine.
   after 10 without a better dev score, the best dev epoch's weights scored on test.{recipes}
 - **forest**: `benchmarks/baseline_fingerprints.py`: 500 trees on 2048-bit Morgan
   fingerprints of radius 2, one forest per label column.
+- **chemprop** (with `--chemprop`): `benchmarks/baseline_chemprop.py`: chemprop 2's D-MPNN at
+  its defaults (50 epochs, the best dev epoch's weights), given the same molecules and split.
 - **SMILES**: RDKit canonical (the scripts' default); rows RDKit cannot parse
   are dropped (11 in BBBP). Both models see the same molecules and, for each
   seed, the same split (checked from a digest of the `splits.json` each run writes).
@@ -869,6 +890,7 @@ def write_report(runs, placed, ledger, args):
         f"python benchmarks/accuracy.py --datasets {' '.join(args.datasets)} "
         f"--seeds {' '.join(map(str, args.seeds))}"
         + (f" --recipes {' '.join(args.recipes)}" if args.recipes else "")
+        + (" --chemprop CHEMPROP" if args.chemprop else "")
     )
     recipes = "".join(
         f"\n  - **network, {name}**: the defaults plus `{' '.join(RECIPES[name])}`"
@@ -929,7 +951,7 @@ def main(args):
         Path(p).resolve() for p in (args.runs, args.data_dir, args.ledger)
     )
     placed = {name: placed_label_columns(name, args.data_dir) for name in args.datasets}
-    runs = plan(args.datasets, args.seeds, args.recipes)
+    runs = plan(args.datasets, args.seeds, args.recipes, PEERS if args.chemprop else ())
     ledger = load_ledger(args.ledger)
     changed = collect(runs, ledger, args.runs)
     if args.list:
@@ -1011,6 +1033,12 @@ if __name__ == "__main__":
         help="run only the runs whose name (as --list prints it, plus a final /) "
         "contains one of these, e.g. forest, scaffold_0.8 or network_canonical/ "
         "(the report still covers the whole grid)",
+    )
+    parser.add_argument(
+        "--chemprop",
+        metavar="COMMAND",
+        help="also run chemprop (benchmarks/baseline_chemprop.py) with this chemprop command, "
+        "e.g. a separate environment's bin/chemprop (default: chemprop is not planned)",
     )
     parser.add_argument(
         "--processes", type=int, default=2, help="torchrun processes per network run (default: 2)"

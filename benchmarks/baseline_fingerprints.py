@@ -52,7 +52,24 @@ def forest_predictions(features, labels, train, kind, args):
     return forest.fit(features[train], classes).predict_proba(features)[:, 1]
 
 
-def main(args):
+def forest(table, splits, kind, args):
+    """Each label column's forest's predictions for every molecule [molecules, columns]."""
+    features = morgan_fingerprints(table.smiles, args.radius, args.bits)  # zeros: unparsable
+    columns = range(len(table.label_columns))
+    return np.stack(
+        [
+            forest_predictions(features, table.labels[:, j], splits.train, kind, args)
+            for j in columns
+        ],
+        axis=1,
+    )
+
+
+def run_baseline(args, predict, model):
+    """Read and split the data as the training scripts do, get `predict(table, splits, kind,
+    args)`'s predictions [molecules, columns] (probabilities of class 1, or values), score dev
+    and test, and with --output-dir write metrics.json and splits.json as a training run does.
+    `model` describes the model in metrics.json."""
     started = time.perf_counter()
     # as the training scripts do: a scaffold needs a parsed molecule, and the canonical form parses
     # them all
@@ -71,17 +88,7 @@ def main(args):
     kind = choose_task_kind(args.task, table)
     splits = split_molecules(table, args.split, args.seed, kind, args.split_sizes)
     task = build_task(kind, table, splits)
-    features = morgan_fingerprints(
-        table.smiles, args.radius, args.bits
-    )  # all zeros where RDKit cannot parse
-    predictions = np.stack(
-        [
-            forest_predictions(features, table.labels[:, j], splits.train, kind, args)
-            for j in range(len(table.label_columns))
-        ],
-        axis=1,
-    )
-    outputs = task.outputs_for(predictions)
+    outputs = task.outputs_for(predict(table, splits, kind, args))
     scores = {
         name: task.metrics(table.labels[idx], outputs[idx])
         for name, idx in (("dev", splits.dev), ("test", splits.test))
@@ -104,17 +111,23 @@ def main(args):
                 "seed": args.seed,
                 "split": args.split,
                 "wall_seconds": time.perf_counter() - started,
-                "model": f"random forest, {args.trees} trees, "
-                f"Morgan r={args.radius}, {args.bits} bits",
+                "model": model,
             },
             output / "metrics.json",
         )
     print(task.final_line(scores["test"]))
 
 
-if __name__ == "__main__":
+def main(args):
+    model = f"random forest, {args.trees} trees, Morgan r={args.radius}, {args.bits} bits"
+    run_baseline(args, forest, model)
+
+
+def baseline_parser(doc, seeds_what):
+    """The flags every baseline shares with the training scripts (data, split, seed), and
+    --output-dir."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_split_flags(parser)
     parser.add_argument(
@@ -123,8 +136,14 @@ if __name__ == "__main__":
         dest="seed",
         type=int,
         default=1729,
-        help="seed of the split and the forest (default: %(default)s)",
+        help=f"seed of the split and {seeds_what} (default: %(default)s)",
     )
+    parser.add_argument("--output-dir", help="also write metrics.json and splits.json here")
+    return parser
+
+
+if __name__ == "__main__":
+    parser = baseline_parser(__doc__, "the forest")
     parser.add_argument("--trees", type=int, default=500, help="(default: %(default)s)")
     parser.add_argument(
         "--radius", type=int, default=2, help="Morgan radius (default: %(default)s)"
@@ -135,5 +154,4 @@ if __name__ == "__main__":
     parser.add_argument(
         "--jobs", type=int, default=-1, help="parallel trees, -1 = all cores (default: %(default)s)"
     )
-    parser.add_argument("--output-dir", help="also write metrics.json and splits.json here")
     run_main(main, parser)

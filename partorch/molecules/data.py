@@ -77,6 +77,8 @@ def molecule_data(
             "molecules": digest([table.smiles, table.labels.tolist()]),
             "split": digest(splits.as_lists()),
             "vocabulary": digest(vocabulary.to_dict()),
+            # the statistics too: nodes whose RDKit versions compute other descriptors disagree
+            **({"extra features": digest(features.to_dict())} if features else {}),
         },
         warnings=table.warnings + ([unseen] if unseen else []),
         tta=tta,

@@ -5,11 +5,14 @@ import json
 import re
 import shutil
 import statistics
+import sys
 
 from helpers import BENCHMARKS, FAST_FLAGS, ROOT, SCRIPTS, SINGLE, run_script
 import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
+
+from partorch.molecules.chem import canonical_smiles
 
 REPORT = BENCHMARKS / "accuracy.py"
 CELL = "BBBP/stratified_0.72-0.18-0.1"
@@ -328,3 +331,35 @@ def test_the_committed_report_is_what_its_command_writes_from_the_committed_ledg
         count=1,
     )
     assert written == committed
+
+
+@pytest.mark.timeout(200)
+def test_chemprop_runs_on_the_same_split_and_joins_the_tables(tmp_path):
+    """The chemprop cells through benchmarks/baseline_chemprop.py, with a stand-in for chemprop's
+    command: the same molecules and split as the forest's, its predictions scored by partorch's
+    metrics, its row in the table."""
+    runs, doc, ledger = tmp_path / "runs", tmp_path / "accuracy.md", tmp_path / "ledger.json"
+    fake = tmp_path / "chemprop"
+    fake.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests/integration/fake_chemprop.py"} "$@"\n'
+    )
+    fake.chmod(0o755)
+    flags = ["--seeds", "1", "--runs", runs, "--doc", doc, "--ledger", ledger, "--chemprop", fake]
+    result = run_script([REPORT, "--only", f"{CELL}/forest", f"{CELL}/chemprop", *flags])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("running ") == 2
+    folders = {
+        model: runs / CELL / f"{model}_canonical" / "seed_1" for model in ("forest", "chemprop")
+    }
+    splits = {model: json.loads((f / "splits.json").read_text()) for model, f in folders.items()}
+    assert splits["chemprop"] == splits["forest"]
+    # the stand-in predicts len(SMILES) / 200: scored here independently of the report
+    test = pd.read_csv(ROOT / "dataset" / "BBBP.csv").iloc[
+        [row - 2 for row in splits["forest"]["test"]]
+    ]
+    lengths = [len(s) / 200 for s in canonical_smiles(test["smiles"].tolist())]
+    metrics = json.loads((folders["chemprop"] / "metrics.json").read_text())
+    assert metrics["test_roc_auc"] == pytest.approx(roc_auc_score(test["p_np"], lengths), abs=1e-9)
+    text = doc.read_text()
+    assert f"| stratified 72/18/10 | chemprop | 1 | {metrics['test_roc_auc']:.3f} |" in text
+    assert "--chemprop CHEMPROP" in text

@@ -95,3 +95,19 @@ def test_the_summary_picks_the_lowest_dev_rmse_and_needs_a_forest(report):
     assert report.dev_pick("X", TESTS, devs, no_forest, higher=False) is None
     no_dev = {label: {} for label in devs}
     assert report.dev_pick("X", TESTS, no_dev, SEEDS, higher=True) is None
+
+
+def test_chemprop_is_a_peer_beside_the_pick_never_the_pick(report):
+    devs = {
+        "forest": {},
+        "chemprop": {1: 0.99, 2: 0.99, 3: 0.99},  # the best dev: still not "the network"
+        "network": {1: 0.80, 2: 0.80, 3: 0.80},
+    }
+    seeds = {"forest": [1, 2, 3], "chemprop": [1, 2, 3], "network": [1, 2, 3]}
+    tests = {**TESTS, "chemprop": [0.95, 0.95, 0.96]}
+    standing = report.dev_pick("X", tests, devs, seeds, higher=True)
+    assert standing.label == "network" and standing.chemprop == [0.95, 0.95, 0.96]
+    row = standing.row()
+    assert "| 0.953 +- 0.006 | chemprop better by 0.043 |" in row
+    without = report.dev_pick("X", TESTS, devs, {**seeds, "chemprop": []}, higher=True)
+    assert without.row().endswith("| - | - |")
