@@ -111,3 +111,25 @@ def test_chemprop_is_a_peer_beside_the_pick_never_the_pick(report):
     assert "| 0.953 +- 0.006 | chemprop better by 0.043 |" in row
     without = report.dev_pick("X", TESTS, devs, {**seeds, "chemprop": []}, higher=True)
     assert without.row().endswith("| - | - |")
+
+
+def test_each_preset_is_a_recipe_of_the_report_flag_for_flag(report):
+    from partorch.molecules.flags import PRESETS
+
+    assert set(report.PRESET_RECIPES) == set(PRESETS) - {"quick"}
+    for preset, recipe in report.PRESET_RECIPES.items():
+        flags = report.RECIPES[recipe]
+        expected = []
+        for name, value in PRESETS[preset].items():
+            if isinstance(value, bool):
+                expected.append([f"--{name}"])
+            else:  # the shipped encoder by its path from the project's root, as the report runs
+                text = str(value).replace(str(report.ROOT) + "/", "")
+                expected.append([f"--{name}", text])
+        given = []
+        i = 0
+        while i < len(flags):
+            takes_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+            given.append(flags[i : i + 1 + takes_value])
+            i += 1 + takes_value
+        assert sorted(given) == sorted(expected), preset
