@@ -21,6 +21,7 @@ PRESETS = {
     "quick": {},
     "accurate": {
         "init-from": str(SHIPPED_ENCODER),
+        "extra-features": "rdkit2d",
         "augment": True,
         "epochs": 100,
         "patience": 20,

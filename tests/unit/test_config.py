@@ -101,7 +101,10 @@ def test_help_lists_each_preset_and_what_it_sets(capsys):
         _parser().parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--preset {quick,accurate}" in text and "quick: the defaults" in text
-    assert "accurate: --init-from models/moses_descriptors --augment --epochs 100" in text
+    assert (
+        "accurate: --init-from models/moses_descriptors --extra-features rdkit2d --augment "
+        "--epochs 100 --patience 20" in text
+    )
 
 
 def test_an_unknown_preset_or_a_preset_naming_no_flag_is_one_error(capsys):
