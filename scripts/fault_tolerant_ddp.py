@@ -57,13 +57,8 @@ PRESETS = molecules.PRESETS  # named sets of your flags' values (--preset NAME, 
 
 def build_data(args):
     """Your data and its task, as a partorch.TrainingData (datasets, task, what to save)."""
-    return molecules.molecule_data(
-        args.dataset, smiles_column=args.smiles_column, label_columns=args.label_column,
-        task=args.task, smiles_form=args.smiles_form, strict=args.strict, split=args.split,
-        split_sizes=args.split_sizes, validate_smiles=args.validate_smiles, seed=args.seed,
-        tokenizer=args.tokenizer, augment=args.augment, tta=args.tta, init_from=args.init_from,
-        class_weight=args.class_weight, max_smiles_length=args.max_smiles_length,
-        extra_features=args.extra_features)
+    # the options are the flags add_data_and_model_flags added, and --seed
+    return molecules.molecule_data(args.dataset, **molecules.molecule_data_options(args))
 
 
 def build_model(args, data, device):

@@ -18,7 +18,7 @@ task replaces (the scripts' ADAPT block calls them).
 
 from .data import molecule_data
 from .datasets import SmilesDataset, smiles_dataset
-from .flags import PRESETS, add_molecule_flags
+from .flags import PRESETS, add_molecule_flags, molecule_data_options
 from .inference import predict_smiles
 from .pretraining import rnn_predictor
 from .rnn import RNNPredictor
@@ -37,6 +37,7 @@ __all__ = [
     "SmilesTokenizer",
     "add_molecule_flags",
     "molecule_data",
+    "molecule_data_options",
     "predict_smiles",
     "read_molecule_csv",
     "rnn_predictor",

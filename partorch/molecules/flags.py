@@ -29,6 +29,29 @@ PRESETS = {
 }
 
 
+def molecule_data_options(args):
+    """molecule_data's keyword arguments from the flags add_molecule_flags added (and --seed):
+    one mapping, rather than each script spelling out every flag."""
+    return dict(
+        smiles_column=args.smiles_column,
+        label_columns=args.label_column,
+        task=args.task,
+        smiles_form=args.smiles_form,
+        strict=args.strict,
+        split=args.split,
+        split_sizes=args.split_sizes,
+        validate_smiles=args.validate_smiles,
+        seed=args.seed,
+        tokenizer=args.tokenizer,
+        augment=args.augment,
+        tta=args.tta,
+        init_from=args.init_from,
+        class_weight=args.class_weight,
+        max_smiles_length=args.max_smiles_length,
+        extra_features=args.extra_features,
+    )
+
+
 def _split_sizes(text):
     try:
         return parse_sizes(text)
