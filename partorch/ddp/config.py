@@ -47,11 +47,6 @@ def _format(path):
     return "JSON" if path.suffix == ".json" else "YAML"
 
 
-def apply_config(parser, path):
-    """Make each of the file's values the default of its flag in `parser`."""
-    apply_values(parser, read_config(path), f"--config {path}")
-
-
 def apply_values(parser, values, source):
     """Make each of `values` ({flag name: value}, from `source`: a file, a preset) the default
     of its flag in `parser`."""

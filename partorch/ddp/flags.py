@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from .config import ConfigError, apply_config, apply_values, read_config
+from .config import ConfigError, apply_values, read_config
 from .errors import exit_after_peers
 
 
@@ -111,13 +111,11 @@ class FlagParser(argparse.ArgumentParser):
         early.add_argument("--preset")
         known = early.parse_known_args(args)[0]
         try:  # defaults in layers: a preset's, then the file's; the command line wins over both
-            preset = known.preset or (read_config(known.config) if known.config else {}).get(
-                "preset"
-            )
+            from_file = read_config(known.config) if known.config else {}
+            preset = known.preset or from_file.get("preset")
             if preset in self.presets:  # another name: argparse says so, naming the choices
                 apply_values(self, self.presets[preset], f"--preset {preset}")
-            if known.config:
-                apply_config(self, known.config)
+            apply_values(self, from_file, f"--config {known.config}")
         except ConfigError as exc:
             self.error(str(exc))
         parsed = super().parse_args(args, namespace)

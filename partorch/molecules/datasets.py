@@ -32,7 +32,7 @@ class SmilesDataset(Dataset):
 
     def __init__(self, smiles_list, labels, tokenizer, features=None):
         self.tokenizer = tokenizer
-        self.features = None if features is None else torch.as_tensor(features, dtype=torch.float32)
+        self.features = None if features is None else _feature_rows(features)
         self.feature_count = 0 if features is None else self.features.shape[1]
         self.token_ids = [torch.tensor(tokenizer.encode(s), dtype=torch.long) for s in smiles_list]
         self.targets = as_targets(labels)
@@ -49,7 +49,7 @@ class SmilesDataset(Dataset):
     def _item(self, i, token_ids):
         if self.features is None:
             return token_ids, self.targets[i]
-        return token_ids, self.features[i], self.targets[i]
+        return token_ids, self.features[i].float(), self.targets[i]
 
 
 class AugmentedSmilesDataset(SmilesDataset):
@@ -99,3 +99,10 @@ def smiles_dataset(
             smiles_list, labels, tokenizer, seed=seed, keys=keys, features=features
         )
     return SmilesDataset(smiles_list, labels, tokenizer, features)
+
+
+def _feature_rows(features):
+    """The features as a tensor, kept in float16 when they come so (Morgan counts: half the
+    memory); an item's row is read as float32."""
+    rows = torch.as_tensor(np.asarray(features))
+    return rows if rows.dtype == torch.float16 else rows.float()

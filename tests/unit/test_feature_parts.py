@@ -33,6 +33,7 @@ def test_morgan_features_are_log_counts_left_unscaled():
     features, raw = MoleculeFeatures.fit("morgan", SMILES, [0, 1])
     assert len(features) == MORGAN_BITS and raw.shape == (len(SMILES), MORGAN_BITS)
     values = features.compute(SMILES)
+    assert values.dtype == np.float16  # half the memory; a molecule's row is read as float32
     assert np.allclose(values, raw) and values.min() == 0
     assert np.allclose(np.expm1(values[0]).sum(), 6)  # ethanol's 3 atoms, radius 0 to 2: 6
     assert values[4].sum() == 0  # unparsable: no environment
@@ -62,6 +63,8 @@ def test_batches_carry_each_molecule_s_own_row_of_features(augment):
     tokens, lengths, features = batch.inputs
     assert torch.equal(features, torch.tensor(rows[[3, 1]]))
     assert tokens.shape[0] == 2 and batch.targets.flatten().tolist() == [1.0, 1.0]
+    halves = smiles_dataset(smiles, [0, 1, 0, 1], tokenizer, features=rows.astype(np.float16))
+    assert halves.features.dtype == torch.float16 and halves[2][1].dtype == torch.float32
     plain = smiles_dataset(smiles, [0, 1, 0, 1], tokenizer)
     assert plain.feature_count == 0 and len(plain.collate([plain[0]]).inputs) == 2
 
