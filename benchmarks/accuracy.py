@@ -618,6 +618,7 @@ class Standing(NamedTuple):
     network: list
     higher: bool  # ROC AUC, or RMSE
     chemprop: list = None  # its test scores, where it ran
+    presets: dict = None  # {preset name: its recipe's test scores}, where it ran
 
     def row(self):
         against_chemprop = "- | -"
@@ -632,6 +633,25 @@ class Standing(NamedTuple):
             f"{_mean_sd(self.forest)} | {verdict(self.network, self.forest, self.higher)} | "
             f"{against_chemprop} |"
         )
+
+    def preset_row(self, name):
+        """--preset NAME's recipe against the better of the forest and chemprop here (by mean
+        test score): the bar a preset for accuracy is to clear."""
+        peers = {"forest": self.forest, **({"chemprop": self.chemprop} if self.chemprop else {})}
+        best = (max if self.higher else min)(peers, key=lambda peer: statistics.mean(peers[peer]))
+        scores = (self.presets or {}).get(name)
+        text = verdict(scores, peers[best], self.higher, ("preset", best)) if scores else "-"
+        return (
+            f"| {self.where} | {self._seeds_of(scores)} | {_mean_sd(self.forest)} "
+            f"| {self._seeds_of(self.chemprop)} | {best} | {text} |"
+        )
+
+    def _seeds_of(self, scores):
+        """Mean +- deviation, saying so where fewer seeds ran than the forest's."""
+        if not scores:
+            return "not run yet"
+        fewer = len(scores) < len(self.forest)
+        return _mean_sd(scores) + (f" ({len(scores)} seed{_plural(len(scores))})" if fewer else "")
 
 
 def dev_pick(where, scores, devs, ran, higher):
@@ -650,7 +670,10 @@ def dev_pick(where, scores, devs, ran, higher):
     best = (max if higher else min)(full, key=lambda label: statistics.mean(devs[label].values()))
     mean_dev = statistics.mean(devs[best].values())
     chemprop = scores.get("chemprop")
-    return Standing(where, scores["forest"], best, mean_dev, scores[best], higher, chemprop)
+    presets = {name: scores.get(f"network, {recipe}") for name, recipe in PRESET_RECIPES.items()}
+    return Standing(
+        where, scores["forest"], best, mean_dev, scores[best], higher, chemprop, presets
+    )
 
 
 def standings_section(standings):
@@ -672,6 +695,27 @@ def standings_section(standings):
         *(standing.row() for standing in standings),
         "",
     ]
+
+
+def presets_section(standings):
+    """Each preset's recipe on every split, against the better of the two other model families:
+    where it holds its own and where it does not, by how much."""
+    lines = []
+    for name, recipe in PRESET_RECIPES.items() if standings else ():
+        lines += [
+            f"## `--preset {name}` against the forest and chemprop",
+            "",
+            f"The preset's recipe (network, {recipe}) on each split against the better of the "
+            "forest and chemprop there, by mean test score. A verdict that names a peer is the "
+            "gap by which the preset falls short of it.",
+            "",
+            f"| data set, split (train/dev/test %) | `--preset {name}`, test | forest, test "
+            "| chemprop, test | the better of the two | verdict |",
+            "|---|---|---|---|---|---|",
+            *(standing.preset_row(name) for standing in standings),
+            "",
+        ]
+    return lines
 
 
 def _row_of_one(ensemble):
@@ -933,7 +977,12 @@ def write_report(runs, placed, ledger, args):
             name, [r for r in runs if r.dataset == name and r.form == "canonical"], done, ledger
         )
         tables, dev_gains, standings = tables + lines, dev_gains + gains, standings + stands
-    sections += standings_section(standings) + tables + defaults_section(dev_gains, args.datasets)
+    sections += (
+        standings_section(standings)
+        + presets_section(standings)
+        + tables
+        + defaults_section(dev_gains, args.datasets)
+    )
     if "BBBP" in args.datasets:
         sections += style_section(args.seeds[0], done)
     sections += missing_section(runs, placed, done)

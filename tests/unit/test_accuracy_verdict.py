@@ -113,6 +113,23 @@ def test_chemprop_is_a_peer_beside_the_pick_never_the_pick(report):
     assert without.row().endswith("| - | - |")
 
 
+def test_the_preset_is_measured_against_the_better_of_forest_and_chemprop(report):
+    (preset, recipe), *_ = report.PRESET_RECIPES.items()
+    devs = {"forest": {}, "network": {1: 0.8, 2: 0.8, 3: 0.8}}
+    tests = {**TESTS, f"network, {recipe}": [0.84, 0.85, 0.86], "chemprop": [0.87, 0.88, 0.89]}
+    seeds = {"forest": [1, 2, 3], "network": [1, 2, 3]}
+    row = report.dev_pick("X", tests, devs, seeds, higher=True).preset_row(preset)
+    scores = "| 0.850 +- 0.010 | 0.810 +- 0.010 | 0.880 +- 0.010 |"
+    assert row.endswith(f"{scores} chemprop | chemprop better by 0.030 |")  # not the forest
+    rmse = report.dev_pick("X", tests, devs, seeds, higher=False).preset_row(preset)
+    assert rmse.endswith(f"{scores} forest | forest better by 0.040 |")  # lower is better
+    one_seed = {**tests, f"network, {recipe}": [0.84], "chemprop": [0.80]}
+    row = report.dev_pick("X", one_seed, devs, seeds, higher=True).preset_row(preset)
+    assert "| 0.840 (1 seed) | 0.810 +- 0.010 | 0.800 (1 seed) | forest | preset better" in row
+    alone = report.dev_pick("X", TESTS, devs, seeds, higher=True).preset_row(preset)
+    assert alone == "| X | not run yet | 0.810 +- 0.010 | not run yet | forest | - |"
+
+
 def test_each_preset_is_a_recipe_of_the_report_flag_for_flag(report):
     from partorch.molecules.flags import PRESETS
 
