@@ -73,7 +73,8 @@ def matmul_peak(threads, size=1024, repeats=20):
 def worker(args):
     import torch.distributed as dist
 
-    from partorch.ddp.distributed import exit_without_teardown, rendezvous
+    from partorch.ddp.distributed import rendezvous
+    from partorch.ddp.errors import exit_without_teardown
 
     timeout = timedelta(seconds=300)
     dist.init_process_group(

@@ -224,6 +224,7 @@ def train(args, device):
             state.epoch, state.step = state.epoch + 1, 0
 
     if master_process:
+        writer.close()  # its last events, on disk before run_main ends the process
         finish(output, model, tokenizer, hparams, state, args, world_size,
                time.perf_counter() - started)
 

@@ -9,7 +9,6 @@ read at once and hides none of those steps.
 import hashlib
 import json
 import os
-import sys
 import threading
 import time
 import uuid
@@ -150,24 +149,6 @@ def _agree_on_attempt(store, rank, world_size, timeout):
     raise DistributedError(
         f"rank 0 did not answer within --dist-timeout ({timeout.total_seconds():.0f} s)"
     )
-
-
-def exit_without_teardown():
-    """End, with status 0, a process that has done its work and left the
-    process group, skipping the interpreter's teardown.
-
-    For workers that exit milliseconds after a backward pass (the benchmark's,
-    the tests'). A gloo thread may still be letting go of that pass's
-    allreduce, whose saved autograd context needs the GIL to be freed; if the
-    thread is descheduled until teardown has begun, Python ends it inside a
-    destructor and std::terminate aborts the finished process (seen in a core
-    dump of a test worker; pytorch/pytorch#190489). The training scripts score
-    dev and save a snapshot between their last backward pass and their exit,
-    and end normally.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def digest(obj):

@@ -19,7 +19,8 @@ import basic_neural_network_ddp as ddp_script  # noqa: E402
 from helpers import synthetic_molecules  # noqa: E402
 
 from partorch import get_ddp_dataloader, optimization, run_main  # noqa: E402
-from partorch.ddp.distributed import assert_same_on_all_ranks, exit_without_teardown, rendezvous  # noqa: E402
+from partorch.ddp.distributed import assert_same_on_all_ranks, rendezvous  # noqa: E402
+from partorch.ddp.errors import exit_without_teardown  # noqa: E402
 from partorch.molecules import BinaryClassification, RNNPredictor, SmilesTokenizer, smiles_dataset  # noqa: E402
 
 

@@ -134,7 +134,7 @@ def test_tutorial_reference_trains_and_reports_a_test_auc(bbbp_subset):
 
 def test_a_failed_job_stops_the_benchmark_once_with_both_ends_of_its_log(tmp_path):
     """No retry, not even after a signal: the abort that once asked for one
-    has its cause fixed (partorch.ddp.distributed.exit_without_teardown)."""
+    has its cause fixed (partorch.ddp.errors.exit_without_teardown)."""
     benchmark = load_benchmark_module()
     counter = tmp_path / "attempts"
     code = (

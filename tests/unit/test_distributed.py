@@ -4,6 +4,7 @@ exit without teardown."""
 
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+import os
 import subprocess
 import sys
 import time
@@ -137,7 +138,7 @@ def test_only_errors_a_retry_would_meet_again_stop_torchrun_s_restarts(monkeypat
 def test_exit_without_teardown_flushes_output_and_skips_the_interpreters_teardown():
     code = (
         "import atexit, sys\n"
-        "from partorch.ddp.distributed import exit_without_teardown\n"
+        "from partorch.ddp.errors import exit_without_teardown\n"
         "atexit.register(print, 'teardown ran')\n"
         "print('result', end='')\n"
         "sys.stderr.write('note')\n"
@@ -146,3 +147,20 @@ def test_exit_without_teardown_flushes_output_and_skips_the_interpreters_teardow
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "result" and done.stderr == "note"
+
+
+@pytest.mark.parametrize("worker", [True, False])
+def test_run_main_skips_the_teardown_of_a_torchrun_worker_only(worker):
+    code = (
+        "import argparse, atexit\n"
+        "from partorch import run_main\n"
+        "atexit.register(print, 'teardown ran')\n"
+        "run_main(lambda args: print('trained'), argparse.ArgumentParser())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    env.update({"LOCAL_RANK": "1"} if worker else {})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("trained\n" if worker else "trained\nteardown ran\n")
