@@ -642,11 +642,11 @@ class Standing(NamedTuple):
         scores = (self.presets or {}).get(name)
         text = verdict(scores, peers[best], self.higher, ("preset", best)) if scores else "-"
         return (
-            f"| {self.where} | {self._seeds_of(scores)} | {_mean_sd(self.forest)} "
-            f"| {self._seeds_of(self.chemprop)} | {best} | {text} |"
+            f"| {self.where} | {self._scores_text(scores)} | {_mean_sd(self.forest)} "
+            f"| {self._scores_text(self.chemprop)} | {best} | {text} |"
         )
 
-    def _seeds_of(self, scores):
+    def _scores_text(self, scores):
         """Mean +- deviation, saying so where fewer seeds ran than the forest's."""
         if not scores:
             return "not run yet"

@@ -43,14 +43,12 @@ def run_main(main, parser):
     worker that finished (or wrote its preemption snapshot) ends without the interpreter's
     teardown: see exit_without_teardown."""
     args = parser.parse_args()
-    worker = "LOCAL_RANK" in os.environ
+    status = 0
     try:
         main(args)
     except Preempted as exc:
         sys.stderr.write(f"{exc}\n")
-        if worker:
-            exit_without_teardown(PREEMPTED_STATUS)
-        sys.exit(PREEMPTED_STATUS)
+        status = PREEMPTED_STATUS
     except PartorchError as exc:
         fail(str(exc))
     except OSError as exc:  # a full disk, a quota, a file system gone: the machine's, not a bug
@@ -65,8 +63,10 @@ def run_main(main, parser):
             "lost contact with another process: it crashed, was killed, or did not answer within "
             f"--dist-timeout ({str(exc).strip().splitlines()[0][:300]})"
         )
-    if worker:
-        exit_without_teardown()
+    if "LOCAL_RANK" in os.environ:  # a torchrun worker
+        exit_without_teardown(status)
+    if status:
+        sys.exit(status)
 
 
 def exit_without_teardown(status=0):
