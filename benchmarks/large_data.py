@@ -189,15 +189,12 @@ def prepare(name, path, source, folder, smiles_column):
 
 
 def prepare_again(row, repeats, smiles_column):
-    """`row` with the median of `repeats` preparations of its CSV (this first one included):
-    the machine's speed drifts by several per cent between minutes-long runs."""
-    runs = row["prepare_runs"] + [
-        prepare(row["name"], row["csv"], row["source"], Path(row["folder"]), smiles_column)[
-            "prepare_seconds"
-        ]
-        for _ in range(repeats - 1)
-    ]
-    return dict(row, prepare_runs=runs, prepare_seconds=statistics.median(runs))
+    """Prepares `row`'s CSV `repeats - 1` more times and records the median of all its runs in
+    `row`: the machine's speed drifts by several per cent between minutes-long runs."""
+    for _ in range(repeats - 1):
+        again = prepare(row["name"], row["csv"], row["source"], Path(row["folder"]), smiles_column)
+        row["prepare_runs"] += again["prepare_runs"]
+    row["prepare_seconds"] = statistics.median(row["prepare_runs"])
 
 
 def pretrain(corpus, procs, output, args, extra=(), env=None):
@@ -331,13 +328,14 @@ def targets(prepared, starts, speeds):
     """The targets' figures: largest against smallest corpus (by tokens), 2 processes against 1
     of as many threads each, and against 1 with all the threads."""
     small = min(prepared, key=lambda r: r["tokens"])["name"]
-    large = max(prepared, key=lambda r: r["tokens"])["name"]
+    largest = max(prepared, key=lambda r: r["tokens"])
+    large = largest["name"]
     by_name = {s["name"]: s for s in starts}
     one, one_all, two = speeds
     return dict(
         smallest=small,
         largest=large,
-        prepare_seconds=max(prepared, key=lambda r: r["tokens"])["prepare_seconds"],
+        prepare_seconds=largest["prepare_seconds"],
         startup_ratio=by_name[large]["prepared_seconds"] / by_name[small]["prepared_seconds"],
         extra_uss_mb=by_name[large]["prepared_uss_mb"] - by_name[small]["prepared_uss_mb"],
         speedup=two["tokens_per_second"] / one["tokens_per_second"],
@@ -453,7 +451,7 @@ def run(args, command):
             for name, path, source in datasets
         ]
         largest = max(prepared, key=lambda r: r["tokens"])
-        largest.update(prepare_again(largest, args.large_prepare_repeats, args.smiles_column))
+        prepare_again(largest, args.large_prepare_repeats, args.smiles_column)
         starts = [startups(row, work, args) for row in prepared]
         peaks = {p * t: matmul_peak(p * t) for p, t in configs}
         speeds = [throughput(largest, p, t, work, peaks, args) for p, t in configs]

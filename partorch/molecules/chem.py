@@ -2,14 +2,9 @@
 Bemis-Murcko scaffolds, Morgan fingerprints, 2D descriptors, random SMILES. RDKit is imported
 inside each function, so that modules which only import this one load fast."""
 
-import re
-
 import numpy as np
 
 from ..ddp.errors import PartorchError
-
-# \s is str.isspace's set; one regex search per molecule, not a Python call per character
-_WHITESPACE = re.compile(r"\s")
 
 
 def _rdkit():
@@ -29,7 +24,7 @@ def canonical_smiles(smiles):
     Chem = _rdkit()
     out = []
     for s in smiles:
-        if not s.isascii() or _WHITESPACE.search(s):
+        if not s.isascii() or any(c.isspace() for c in s):
             out.append(None)
             continue
         mol = Chem.MolFromSmiles(s)

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 import fcntl
 import hashlib
-from itertools import chain
 import json
 import multiprocessing
 import os
@@ -276,10 +275,9 @@ def _tokenized_chunk(smiles, canonical, descriptors=()):
     if not canonical:
         written = [given if w is not None else None for given, w in zip(smiles, written)]
     tokens = [split_smiles(s) if s is not None else [] for s in written]
-    every_token = list(chain.from_iterable(tokens))
-    vocabulary = sorted(set(every_token))
+    vocabulary = sorted({tok for molecule in tokens for tok in molecule})
     index = {tok: i for i, tok in enumerate(vocabulary)}
-    ids = np.fromiter(map(index.__getitem__, every_token), dtype=np.int32, count=len(every_token))
+    ids = np.fromiter((index[tok] for molecule in tokens for tok in molecule), dtype=np.int32)
     lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
     return _Chunk(written, vocabulary, lengths, ids, values)
 
