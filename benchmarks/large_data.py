@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-from speed import lstm_training_flops, matmul_peak, run_job
+from speed import cpu_description, lstm_training_flops, matmul_peak, run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 PREPARE = ROOT / "scripts" / "prepare_data.py"
@@ -356,8 +356,10 @@ def markdown(prepared, starts, speeds, figures, args, command):
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {os.cpu_count()} cores. Model: bidirectional LSTM encoder, embedding "
-        f"{embedding}, hidden {d_model}, layers {layers}; global batch {args.large_batch_size}.",
+        f"Machine: {cpu_description()}, {os.cpu_count()} cores.",
+        "",
+        f"Model: bidirectional LSTM encoder, embedding {embedding}, hidden {d_model}, layers "
+        f"{layers}; global batch {args.large_batch_size}.",
         "",
         "## Preparing (scripts/prepare_data.py)",
         "",
@@ -468,6 +470,7 @@ def run(args, command):
             dict(
                 command=command,
                 settings=settings,
+                cpu=cpu_description(),
                 cores=cores,
                 peaks=peaks,
                 prepared=prepared,

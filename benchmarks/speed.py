@@ -56,6 +56,23 @@ def lstm_training_flops(tokens, embedding_dim, d_model, num_layers, bidirectiona
     return 3 * per_token * tokens
 
 
+def cpu_description(path=Path("/proc/cpuinfo")):
+    """The CPU's model name, family and model, and its widest float vector unit: machines that
+    share a name ("AMD EPYC" under KVM) differ in all of these, and with them the matmul peak
+    that MFU divides by."""
+    if not path.exists():
+        return platform.processor() or "?"
+    fields = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    vector = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "none")
+    name = fields.get("model name", platform.processor() or "?")
+    family, model = fields.get("cpu family", "?"), fields.get("model", "?")
+    return f"{name} (family {family}, model {model}, {vector})"
+
+
 def matmul_peak(threads, size=1024, repeats=20):
     """Best float32 matmul FLOP/s with this many threads."""
     torch.set_num_threads(threads)
@@ -416,22 +433,10 @@ def configurations(max_procs, cores, batch_size):
 
 def markdown_report(results, peaks, args, command):
     cores = os.cpu_count()
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else "?"
-    )
     lines = [
         "# Training throughput",
         "",
-        f"Machine: {cpu}, {cores} cores, "
+        f"Machine: {cpu_description()}, {cores} cores, "
         f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'};"
         f" torch {torch.__version__}, Python {platform.python_version()}.",
         "",

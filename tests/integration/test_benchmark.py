@@ -170,6 +170,7 @@ def test_large_data_benchmark_reports_preparing_startup_and_throughput(tmp_path,
     assert not (out / "benchmarks.md").exists()  # --large alone: only the large case
     report = (out / "large_data.md").read_text()
     figures = json.loads((out / "large_data.json").read_text())
+    assert figures["cpu"] and f"Machine: {figures['cpu']}, {os.cpu_count()} cores." in report
     (prepared,) = figures["prepared"]
     assert prepared["name"] == "BBBP" and prepared["molecules"] == 50 and prepared["tokens"] > 0
     assert prepared["prepare_seconds"] > 0 and prepared["wall_seconds"] > 0
@@ -195,6 +196,17 @@ def test_large_data_benchmark_reports_preparing_startup_and_throughput(tmp_path,
     lines += (f"- Speed-up at equal cores, 2 x 1 against 1 x {os.cpu_count()}: ",)
     for line in lines:
         assert line in report
+
+
+def test_the_cpu_is_described_by_name_family_model_and_widest_vector_unit(tmp_path):
+    speed = load_benchmark_module()
+    cpuinfo = tmp_path / "cpuinfo"
+    core = "model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx2 {}\n\n"
+    cpuinfo.write_text(core.format("avx512f") * 2)  # one block per core: the first is read
+    assert speed.cpu_description(cpuinfo) == "AMD EPYC (family 25, model 17, avx512f)"
+    cpuinfo.write_text(core.format("fma"))
+    assert speed.cpu_description(cpuinfo) == "AMD EPYC (family 25, model 17, avx2)"
+    assert speed.cpu_description(tmp_path / "absent")  # elsewhere: platform's word, or "?"
 
 
 def test_the_large_case_adds_hiv_ten_times_over_after_hiv(tmp_path, monkeypatch):
