@@ -11,7 +11,8 @@ its slice of every global batch. The corpus is prepared once (a CSV given here i
 the cache, by one process per node) and every rank memory-maps it, so start-up and memory per
 rank do not grow with it. Epochs are long, so the run is counted in optimizer steps: a snapshot
 every --snapshot-every-steps holds the sampler's place, and a restart (torchrun's, or
---resume) continues at the same sample of the same epoch. Rank 0 alone scores a bounded
+--resume) continues at the same sample of the same epoch; SIGTERM (a preempted SLURM job)
+stops every rank after the same step, with a snapshot there. Rank 0 alone scores a bounded
 held-out sample every --eval-every-steps. The objective (--objective): masked tokens, RDKit
 descriptors of each molecule from its pooled encoding (a corpus prepared with --descriptors),
 or both summed; see partorch/molecules/pretraining.py. The run's folder is a model folder:
@@ -46,6 +47,7 @@ from partorch import (
 )
 from partorch.ddp.distributed import assert_same_on_all_ranks, unique_memory_bytes
 from partorch.ddp.files import atomic_write_json
+from partorch.ddp.preemption import Preemption
 from partorch.molecules import pretraining as mlm
 from partorch.molecules.flags import add_rnn_flags
 from partorch.molecules.prepared import (
@@ -57,6 +59,7 @@ from partorch.molecules.prepared import (
 )
 
 DEFAULT_OUTPUT_DIR = "runs/pretrain"
+PREEMPTION_CHECK_EVERY_STEPS = 5
 RUN_ONLY = {"output_dir", "num_workers", "threads", "quiet", "resume", "dist_timeout"}
 RUN_ONLY |= {"eval_every_steps", "snapshot_every_steps", "log_every_steps"}
 
@@ -191,11 +194,14 @@ def train(args, device):
             save_snapshot(snapshot, state=state, rng_states=[rng for rng, _ in gathered], **parts)
         dist.barrier()  # no rank runs ahead of a snapshot not yet on disk
 
+    # From here SIGTERM asks the ranks to agree on a step to stop after; they check every few
+    # steps, as a step here takes about a second on a CPU and a rank gets 15 s to stop
+    preemption = Preemption(every=PREEMPTION_CHECK_EVERY_STEPS)
     while state.global_step < total_steps:
         # the shuffle comes from (seed, epoch); `start` skips the steps a snapshot already holds
         train_loader.sampler.set_epoch(state.epoch, start=state.step)
         model.train()
-        for batch in train_loader:
+        for batch in preemption.watch(train_loader, start=state.step):
             # which tokens are masked: from (seed, epoch, step, rank), so a resumed run masks alike
             generator = mlm.batch_generator(args.seed, state.epoch, state.step + 1, rank)
             losses = train_step(ddp_model, optimizer, scheduler, scaler, batch, mask_id,
@@ -221,6 +227,9 @@ def train(args, device):
             if state.global_step >= total_steps:
                 break
         else:
+            if preemption.stopped_at:  # every rank stopped after this step: the snapshot here
+                take_snapshot()
+                raise preemption.stop(f"after {state.position()}")
             state.epoch, state.step = state.epoch + 1, 0
 
     if master_process:

@@ -19,9 +19,12 @@ from helpers import (
 import pandas as pd
 import pytest
 
+from partorch.ddp.checkpoint import load_state
+
 PREPARE = ROOT / "scripts" / "prepare_data.py"
 PRETRAIN = ROOT / "scripts" / "pretrain_ddp.py"
 KILL = ROOT / "tests" / "integration" / "kill_at_step.py"
+SIGTERM_AT_STEP = ROOT / "tests" / "integration" / "sigterm_at_step.py"
 # A small encoder and a short run: 22 steps of 64 molecules (an epoch is 20), a snapshot every 4.
 PRETRAIN_FLAGS = ["--embedding-dim", "16", "--d-model", "16", "--num-layers", "2"]
 PRETRAIN_FLAGS += ["--epochs", "2", "--max-steps", "22"]
@@ -89,6 +92,34 @@ def test_a_worker_killed_mid_epoch_resumes_at_its_step_on_the_same_samples(
     # every rank's digest of the token ids it trained on, step by step: the same sequence
     assert resumed["sample_digests"] == whole["sample_digests"]
     assert resumed["steps"] == whole["steps"] == 22
+    assert resumed["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-5)
+
+
+def test_sigterm_stops_every_rank_after_one_step_and_the_same_command_goes_on(
+    corpus, encoder, tmp_path
+):
+    """A preempted job: SIGTERM to the torchrun agent after step 7; the ranks check every 5
+    steps, so both stop after step 10 with a snapshot there, and the same command line then
+    trains on exactly the samples an uninterrupted run does."""
+    out = tmp_path / "stopped"
+    command = [SIGTERM_AT_STEP, PRETRAIN, corpus, "--output-dir", out, *PRETRAIN_FLAGS]
+    command += ["--resume", "auto"]
+    first = run_script(command, nproc=2, env={"SIGTERM_AT_STEP": "7"})
+    assert first.returncode != 0 and not (out / "metrics.json").exists()
+    stops = [line for line in first.stderr.splitlines() if line.startswith("stopped on SIGTERM")]
+    assert len(stops) == 2 and not our_traceback(first.stderr), first.stderr  # every rank, once
+    assert "after step 10 of epoch 1 (step 10 of the run)" in stops[0]
+    paused = load_state(out / "checkpoints" / "last.pt")["state"]
+    assert (paused["epoch"], paused["step"], paused["global_step"]) == (1, 10, 10)
+    again = run_script(command, nproc=2, env={"SIGTERM_AT_STEP": "0"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (
+        "resumed from the snapshot after step 10 of epoch 1"
+        in (out / "logs" / "rank0.log").read_text()
+    )
+    resumed = json.loads((out / "metrics.json").read_text())
+    whole = json.loads((encoder / "metrics.json").read_text())
+    assert resumed["sample_digests"] == whole["sample_digests"]
     assert resumed["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-5)
 
 
