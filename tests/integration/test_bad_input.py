@@ -247,6 +247,9 @@ def test_nonsense_flag_under_torchrun_stops_both_ranks(bbbp_subset):
     )
 
 
+# Out of CI (marker slow). CI covers its core:
+# bad input on every rank: test_bad_input_stops_every_rank_cleanly
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_bad_input_is_not_read_again_by_torchrun_restarts(tmp_path):
     data = tmp_path / "data.csv"

@@ -205,6 +205,9 @@ def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
         assert not [s for s in rewritten if unknown in tokenizer.encode(s)]
 
 
+# Out of CI (marker slow). CI covers its core:
+# augmented training: test_ddp_correctness's parity test
+@pytest.mark.slow
 def test_training_with_augmentation_and_test_time_augmentation(tmp_path, bbbp_subset):
     aucs = []
     for name in ("a", "b"):

@@ -105,6 +105,9 @@ def test_two_ranks_take_the_same_steps_as_one_process_augmentation_included(tmp_
     )
 
 
+# Out of CI (marker slow). CI covers its core:
+# parity: the regression test; missing labels: test_scripts
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_parity_holds_for_several_tasks_with_missing_labels(tmp_path, sider_subset):
     columns = list(pd.read_csv(sider_subset).columns[1:])
@@ -225,6 +228,9 @@ def test_ranks_started_with_different_flags_stop_before_training(
     assert not out.exists()  # stopped before the output folder
 
 
+# Out of CI (marker slow). CI covers its core:
+# resuming: test_restarts' killed worker and resumed run
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_resuming_on_another_number_of_ranks_continues_the_same_run(
     tmp_path, bbbp_subset, two_ranks

@@ -10,8 +10,6 @@ from nbclient import NotebookClient
 import nbformat
 import pytest
 
-pytestmark = pytest.mark.slow
-
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SMALL_SETTINGS = {
     "PARTORCH_NOTEBOOK_MOLECULES": "300",

@@ -95,6 +95,9 @@ def test_a_worker_killed_mid_epoch_resumes_at_its_step_on_the_same_samples(
     assert resumed["held_out_loss"] == pytest.approx(whole["held_out_loss"], abs=1e-5)
 
 
+# Out of CI (marker slow). CI covers its core:
+# Preemption under torchrun: test_run_config's SIGTERM test
+@pytest.mark.slow
 def test_sigterm_stops_every_rank_after_one_step_and_the_same_command_goes_on(
     corpus, encoder, tmp_path
 ):

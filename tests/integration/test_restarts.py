@@ -71,6 +71,9 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, bbbp_subset):
     assert snapshot["state"]["epoch"] == 3 and len(snapshot["rng"]) == 2
 
 
+# Out of CI (marker slow). CI covers its core:
+# a run's identity: test_a_new_run_in_a_folder_holding_an_earlier_one
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_snapshot_of_another_run_is_refused_not_resumed(tmp_path, bbbp_subset):
     out = tmp_path / "run"
@@ -152,6 +155,9 @@ def _contents(folder):
     }
 
 
+# Out of CI (marker slow). CI covers its core:
+# a folder's first run: test_a_new_run_in_a_folder_holding_an_earlier_one
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_jobs_never_write_one_folder_and_a_dead_job_s_lock_is_no_obstacle(
     tmp_path, bbbp_subset
@@ -193,6 +199,9 @@ def test_two_jobs_never_write_one_folder_and_a_dead_job_s_lock_is_no_obstacle(
     assert json.loads((out / "metrics.json").read_text())["epochs_completed"] == 2
 
 
+# Out of CI (marker slow). CI covers its core:
+# a run's identity: test_a_new_run_in_a_folder_holding_an_earlier_one
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_new_job_that_reuses_an_rdzv_id_does_not_continue_the_old_one(tmp_path, bbbp_subset):
     out = tmp_path / "run"
@@ -407,6 +416,9 @@ def test_predict_checks_its_folders_and_output_before_any_work(tmp_path, trained
     ]
 
 
+# Out of CI (marker slow). CI covers its core:
+# predict: test_predict_matches_the_model and test_predict.py
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_predict_writes_one_column_per_task_in_the_labels_units(tmp_path, esol_subset):
     out = tmp_path / "run"

@@ -51,6 +51,8 @@ def test_a_run_is_repeated_from_its_config_yaml(tmp_path, bbbp_subset):
     # a flag on the command line overriding the file's value: unit/test_config.py
 
 
+# Out of CI (marker slow). CI covers its core: --resume auto: the SIGTERM test below
+@pytest.mark.slow
 def test_resume_auto_or_latest_continues_a_run_on_its_schedule(tmp_path, bbbp_subset):
     out = tmp_path / "out"
     schedule = ["--lr-schedule", "cosine", "--warmup-epochs", "1", "--clip-grad-norm", "0.05"]

@@ -196,6 +196,9 @@ def test_cpu_recipe_trains_through_srun(fake_slurm, tmp_path, bbbp_subset):
     assert "--cpus-per-task=2" in srun_args and "--kill-on-bad-exit=1" in srun_args
 
 
+# Out of CI (marker slow). CI covers its core:
+# SIGTERM snapshots: test_run_config's SIGTERM test
+@pytest.mark.slow
 def test_near_its_time_limit_the_job_snapshots_and_requeues_itself(
     fake_slurm, tmp_path, bbbp_subset
 ):
