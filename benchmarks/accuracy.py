@@ -150,6 +150,19 @@ RECIPES = {
         "--patience",
         "20",
     ],
+    # the preset with the forest's own input (Morgan counts) in place of the descriptors: for
+    # SIDER, where the forest on Morgan bits leads
+    "pretrained-morgan-augment-long": [
+        "--init-from",
+        "models/moses_descriptors",
+        "--extra-features",
+        "morgan",
+        "--augment",
+        "--epochs",
+        "100",
+        "--patience",
+        "20",
+    ],
 }
 CLASSIFICATION_RECIPES = {"weighted"}  # planned on classification data sets only
 # The training scripts' --preset NAME is this recipe (a test keeps their flags the same): the
