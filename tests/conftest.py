@@ -1,9 +1,8 @@
 """Fixtures and markers. Tests under tests/unit are marked `unit` (in-process,
 seconds), under tests/integration `integration` (real torchrun, processes and
-files); `slow` marks what CI leaves out (a variant whose core another test runs,
-and the benchmark), as `faults` and `benchmark` do. `python -m pytest -q tests` runs them
-all; `-m unit` only the fast ones. The markers are declared in
-pyproject.toml."""
+files). CI leaves out `slow` (a variant whose core another test runs, and the
+benchmark), `faults` and `benchmark`. `python -m pytest -q tests` runs them all;
+`-m unit` only the fast ones. The markers are declared in pyproject.toml."""
 
 from pathlib import Path
 
