@@ -156,6 +156,11 @@ RECIPES = {
 RECIPES["pretrained-morgan-augment-long"] = [
     "morgan" if flag == "rdkit2d" else flag for flag in RECIPES["pretrained-features-augment-long"]
 ]
+# both kinds of features at once: for Lipophilicity, where chemprop leads the recipes above
+RECIPES["pretrained-rdkit2d-morgan-augment-long"] = [
+    "rdkit2d+morgan" if flag == "rdkit2d" else flag
+    for flag in RECIPES["pretrained-features-augment-long"]
+]
 CLASSIFICATION_RECIPES = {"weighted"}  # planned on classification data sets only
 # The training scripts' --preset NAME is this recipe (a test keeps their flags the same): the
 # recipe's rows are the preset's figures. Chosen by mean dev score, never test's.

@@ -6,6 +6,7 @@ as chemprop's feature generators add them to its graph encoding.
     morgan   Morgan counts (radius 2, 2048 bits) as log(1 + count): most bits are rare, and
              standardising one seen twice in training would turn a test molecule's into a
              large number
+    rdkit2d+morgan  both, the descriptors first, each part treated as on its own
 
 The fitted features (kind, columns, statistics) are saved beside the model as
 extra_features.json, so that scripts/predict.py computes what the model was trained on.
@@ -18,7 +19,7 @@ import numpy as np
 from ..ddp.errors import PartorchError
 from .chem import DESCRIPTORS, molecular_descriptors, morgan_fingerprints
 
-FEATURE_KINDS = ("none", "rdkit2d", "morgan")
+FEATURE_KINDS = ("none", "rdkit2d", "morgan", "rdkit2d+morgan")
 MORGAN_BITS = 2048
 
 
@@ -32,19 +33,19 @@ class MoleculeFeatures:
     @classmethod
     def fit(cls, kind, smiles, train_indices):
         """Features of `kind`, their statistics from the molecules at `train_indices`; with
-        the raw values of every molecule of `smiles` (computed once, here)."""
+        the raw values of every molecule of `smiles` (computed once, here). Morgan columns
+        keep mean 0 and deviation 1: they are not standardised."""
         raw = raw_features(kind, smiles)
-        if kind == "morgan":
-            count = raw.shape[1]
-            return cls(
-                kind, [f"morgan_{i}" for i in range(count)], [0.0] * count, [1.0] * count
-            ), raw
-        train = raw[np.asarray(train_indices, dtype=int)]
-        with np.errstate(all="ignore"):  # a column all NaN in training: mean 0, deviation 1
-            mean, std = np.nanmean(train, axis=0), np.nanstd(train, axis=0)
-        mean = np.nan_to_num(mean)
-        std = np.where(np.isfinite(std) & (std > 1e-8), std, 1.0)
-        return cls(kind, list(DESCRIPTORS), mean.tolist(), std.tolist()), raw
+        described = _descriptor_count(kind)
+        mean, std = np.zeros(raw.shape[1]), np.ones(raw.shape[1])
+        if described:
+            train = raw[np.asarray(train_indices, dtype=int), :described].astype(np.float64)
+            with np.errstate(all="ignore"):  # a column all NaN in training: mean 0, deviation 1
+                train_mean, train_std = np.nanmean(train, axis=0), np.nanstd(train, axis=0)
+            mean[:described] = np.nan_to_num(train_mean)
+            std[:described] = np.where(np.isfinite(train_std) & (train_std > 1e-8), train_std, 1)
+        columns = [*DESCRIPTORS[:described], *_morgan_columns(raw.shape[1] - described)]
+        return cls(kind, columns, mean.tolist(), std.tolist()), raw
 
     def __len__(self):
         return len(self.columns)
@@ -54,25 +55,49 @@ class MoleculeFeatures:
         return self.transform(raw_features(self.kind, smiles))
 
     def transform(self, raw):
-        """float32 standardised descriptors; Morgan's log counts as they are, in float16: 2048
-        of them a molecule would cost 340 MB a rank on HIV in float32, and 3 significant
-        digits hold log(1 + count) for any count a molecule has."""
-        if self.kind == "morgan":
-            return raw
-        values = (raw - np.asarray(self.mean)) / np.asarray(self.std)
-        return np.nan_to_num(values, nan=0.0).astype(np.float32)
+        """Standardised descriptors, 0 where RDKit could not compute one; Morgan's log counts
+        as they are. float32, or float16 with Morgan counts: 2048 of them a molecule would
+        cost 340 MB a rank on HIV in float32, and 3 significant digits hold log(1 + count)
+        for any count a molecule has, and a standardised descriptor to a thousandth."""
+        described = _descriptor_count(self.kind)
+        dtype = np.float16 if described < raw.shape[1] else np.float32
+        # a copy wherever descriptors are scaled below (their raw dtype is wider); Morgan
+        # counts alone are already float16 and returned as they are
+        values = raw.astype(dtype, copy=False)
+        if described:
+            mean, std = np.asarray(self.mean[:described]), np.asarray(self.std[:described])
+            scaled = (raw[:, :described].astype(np.float64) - mean) / std
+            values[:, :described] = np.nan_to_num(scaled, nan=0.0)
+        return values
 
     def to_dict(self):
         return asdict(self)
 
 
 def raw_features(kind, smiles):
-    if kind == "rdkit2d":
-        return molecular_descriptors(smiles, DESCRIPTORS)
-    if kind == "morgan":
+    """[molecules, columns] of `kind`: descriptors in float64 (NaN where RDKit cannot compute
+    one), Morgan log counts in float16, both together in float32."""
+    if kind not in FEATURE_KINDS[1:]:
+        choices = ", ".join(FEATURE_KINDS)
+        raise PartorchError(f"unknown extra features {kind!r}; choose from {choices}")
+    parts = []
+    if _descriptor_count(kind):
+        parts.append(molecular_descriptors(smiles, DESCRIPTORS))
+    if "morgan" in kind:
         counts = morgan_fingerprints(smiles, bits=MORGAN_BITS, counts=True)
-        return np.log1p(counts, dtype=np.float32).astype(np.float16)
-    raise PartorchError(f"unknown extra features {kind!r}; choose from {', '.join(FEATURE_KINDS)}")
+        parts.append(np.log1p(counts, dtype=np.float32).astype(np.float16))
+    if len(parts) == 1:
+        return parts[0]
+    return np.hstack([part.astype(np.float32) for part in parts])
+
+
+def _descriptor_count(kind):
+    """How many of a kind's first columns are descriptors (standardised)."""
+    return len(DESCRIPTORS) if kind.startswith("rdkit2d") else 0
+
+
+def _morgan_columns(count):
+    return [f"morgan_{i}" for i in range(count)]
 
 
 def features_from_dict(description):

@@ -109,8 +109,9 @@ def add_molecule_flags(data, model=None):
         choices=FEATURE_KINDS,
         default="none",
         help="computed features the head reads beside the SMILES encoding: rdkit2d (15 RDKit "
-        "2D descriptors, standardised on the training split) or morgan (log counts of 2048 "
-        "Morgan environments, radius 2); saved with the model for scripts/predict.py",
+        "2D descriptors, standardised on the training split), morgan (log counts of 2048 "
+        "Morgan environments, radius 2) or rdkit2d+morgan (both); saved with the model for "
+        "scripts/predict.py",
     )
     if model is not None:
         add_rnn_flags(model)

@@ -81,3 +81,19 @@ def test_the_head_reads_the_features_beside_the_encoding():
         model(tokens, lengths)
     with pytest.raises(PartorchError, match="reads 3 features; got 2"):
         model(tokens, lengths, torch.zeros(2, 2))
+
+
+def test_descriptors_and_morgan_together_scale_the_descriptors_only():
+    train = [0, 1, 2]
+    both, raw = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, train)
+    descriptors, _ = MoleculeFeatures.fit("rdkit2d", SMILES, train)
+    morgan, _ = MoleculeFeatures.fit("morgan", SMILES, train)
+    assert both.columns == descriptors.columns + morgan.columns
+    assert raw.shape == (len(SMILES), len(DESCRIPTORS) + MORGAN_BITS)
+    values = both.compute(SMILES)
+    assert values.dtype == np.float16 and np.isfinite(values).all()
+    count = len(DESCRIPTORS)
+    # the same figures as each kind on its own, to float16's precision
+    assert np.allclose(values[:, :count], descriptors.compute(SMILES), atol=2e-3, rtol=2e-3)
+    assert np.array_equal(values[:, count:], morgan.compute(SMILES))
+    assert features_from_dict(both.to_dict()) == both
