@@ -58,7 +58,7 @@ class MoleculeFeatures:
         """Standardised descriptors, 0 where RDKit could not compute one; Morgan's log counts
         as they are. float32, or float16 with Morgan counts: 2048 of them a molecule would
         cost 340 MB a rank on HIV in float32, and 3 significant digits hold log(1 + count)
-        for any count a molecule has, and a standardised descriptor to a thousandth."""
+        for any count a molecule has, as they hold a standardised descriptor's first 3."""
         described = _descriptor_count(self.kind)
         dtype = np.float16 if described < raw.shape[1] else np.float32
         # a copy wherever descriptors are scaled below (their raw dtype is wider); Morgan
