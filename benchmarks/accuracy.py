@@ -151,16 +151,22 @@ RECIPES = {
         "20",
     ],
 }
+
+
+def _with_features(recipe, kind):
+    """`recipe`'s flags with `--extra-features kind` in place of its rdkit2d."""
+    return [kind if flag == "rdkit2d" else flag for flag in RECIPES[recipe]]
+
+
 # the levers that raised dev, with the forest's own input (Morgan counts) for the descriptors:
 # for SIDER, where the forest on Morgan bits leads
-RECIPES["pretrained-morgan-augment-long"] = [
-    "morgan" if flag == "rdkit2d" else flag for flag in RECIPES["pretrained-features-augment-long"]
-]
+RECIPES["pretrained-morgan-augment-long"] = _with_features(
+    "pretrained-features-augment-long", "morgan"
+)
 # both kinds of features at once: for Lipophilicity, where chemprop leads the recipes above
-RECIPES["pretrained-rdkit2d-morgan-augment-long"] = [
-    "rdkit2d+morgan" if flag == "rdkit2d" else flag
-    for flag in RECIPES["pretrained-features-augment-long"]
-]
+RECIPES["pretrained-rdkit2d-morgan-augment-long"] = _with_features(
+    "pretrained-features-augment-long", "rdkit2d+morgan"
+)
 CLASSIFICATION_RECIPES = {"weighted"}  # planned on classification data sets only
 # The training scripts' --preset NAME is this recipe (a test keeps their flags the same): the
 # recipe's rows are the preset's figures. Chosen by mean dev score, never test's.
