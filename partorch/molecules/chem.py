@@ -16,20 +16,28 @@ def _rdkit():
     return Chem
 
 
+def parsed_molecules(smiles):
+    """Each SMILES as an RDKit molecule; None where RDKit cannot parse it. RDKit reads only up
+    to the first space or non-ASCII character (the rest is a name to it: "CCé" would be
+    ethane), so such strings count as unparsable. Parsing is most of the time spent preparing
+    a corpus: parse once, then write and describe the same molecules."""
+    Chem = _rdkit()
+    return [
+        Chem.MolFromSmiles(s) if s.isascii() and not any(c.isspace() for c in s) else None
+        for s in smiles
+    ]
+
+
 def canonical_smiles(smiles):
     """Each SMILES as RDKit writes it canonically (one string per molecule,
-    whatever style the source wrote it in); None where RDKit cannot parse it.
-    RDKit reads only up to the first space or non-ASCII character (the rest
-    is a name to it: "CCé" would be ethane), so such strings count as unparsable."""
+    whatever style the source wrote it in); None where RDKit cannot parse it."""
+    return canonical_of(parsed_molecules(smiles))
+
+
+def canonical_of(molecules):
+    """canonical_smiles of molecules already parsed (None stays None)."""
     Chem = _rdkit()
-    out = []
-    for s in smiles:
-        if not s.isascii() or any(c.isspace() for c in s):
-            out.append(None)
-            continue
-        mol = Chem.MolFromSmiles(s)
-        out.append(None if mol is None else Chem.MolToSmiles(mol))
-    return out
+    return [None if mol is None else Chem.MolToSmiles(mol) for mol in molecules]
 
 
 def scaffold_groups(smiles):
@@ -89,17 +97,22 @@ DESCRIPTORS = (
 def molecular_descriptors(smiles, names=DESCRIPTORS):
     """float64 [molecules, len(names)]: RDKit's descriptors `names` of each molecule; a row of
     NaN where RDKit cannot parse it, NaN where one descriptor fails or is not finite."""
-    Chem = _rdkit()
+    return descriptors_of(parsed_molecules(smiles), names)
+
+
+def descriptors_of(molecules, names=DESCRIPTORS):
+    """molecular_descriptors of molecules already parsed (a row of NaN for None, and for the
+    empty molecule RDKit makes of an empty string)."""
+    _rdkit()
     from rdkit.Chem import Descriptors
 
     functions = dict(Descriptors.descList)
     unknown = [name for name in names if name not in functions]
     if unknown:
         raise PartorchError(f"unknown RDKit descriptor(s): {', '.join(unknown)}")
-    rows = np.full((len(smiles), len(names)), np.nan)
-    for i, s in enumerate(smiles):
-        mol = Chem.MolFromSmiles(s) if s else None
-        if mol is not None:
+    rows = np.full((len(molecules), len(names)), np.nan)
+    for i, mol in enumerate(molecules):
+        if mol is not None and mol.GetNumAtoms():
             rows[i] = [_descriptor(functions[name], mol) for name in names]
     rows[~np.isfinite(rows)] = np.nan
     return rows

@@ -37,7 +37,7 @@ from ..ddp.distributed import available_cores, digest
 from ..ddp.errors import DataError
 from ..ddp.files import atomic_write_json
 from ..ddp.logs import log
-from .chem import canonical_smiles, molecular_descriptors
+from .chem import canonical_of, descriptors_of, parsed_molecules
 from .datasets import collate_token_ids
 from .table import (
     MAX_SMILES_LENGTH,
@@ -270,8 +270,9 @@ def _tokenized_chunk(smiles, canonical, descriptors=()):
     """RDKit's canonical SMILES of a chunk (or, when not `canonical`, a parse check), split
     into tokens, and the `descriptors` of each molecule: the slow part of preparing, done
     in a pool process."""
-    written = canonical_smiles(smiles)
-    values = molecular_descriptors(written, descriptors) if descriptors else None
+    molecules = parsed_molecules(smiles)
+    written = canonical_of(molecules)
+    values = descriptors_of(molecules, descriptors) if descriptors else None
     if not canonical:
         written = [given if w is not None else None for given, w in zip(smiles, written)]
     tokens = [split_smiles(s) if s is not None else [] for s in written]

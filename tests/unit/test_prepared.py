@@ -154,6 +154,24 @@ def test_descriptors_are_computed_per_kept_molecule_and_standardised_by_the_trai
         PreparedDataset(PreparedCorpus(prepare_plain(source, tmp_path)), [0], descriptors=True)
 
 
+def test_a_chunk_parses_each_molecule_once_for_its_smiles_and_descriptors(monkeypatch):
+    from rdkit import Chem
+
+    parse = Chem.MolFromSmiles
+    parsed = []
+    monkeypatch.setattr(Chem, "MolFromSmiles", lambda s: parsed.append(s) or parse(s))
+    given = ["OCC", "C1=CC=CC=C1O", "C1CC", "CCCCCC"]
+    chunk = prepared._tokenized_chunk(given, True, ("MolWt", "NumHDonors"))
+    assert sorted(parsed) == sorted(given)  # parsing is most of preparing's time: once a molecule
+    assert chunk.smiles == ["CCO", "Oc1ccccc1", None, "CCCCCC"]
+    monkeypatch.setattr(Chem, "MolFromSmiles", parse)
+    expected = molecular_descriptors(
+        ["CCO", "Oc1ccccc1", "C1CC", "CCCCCC"], ("MolWt", "NumHDonors")
+    )
+    np.testing.assert_array_equal(chunk.descriptors, expected)
+    assert np.isnan(chunk.descriptors[2]).all()
+
+
 def test_an_unknown_or_failing_descriptor_is_an_error_or_a_nan():
     with pytest.raises(PartorchError, match="unknown RDKit descriptor"):
         molecular_descriptors(["CCO"], ("MolWt", "NoSuchThing"))
