@@ -19,8 +19,9 @@ def _rdkit():
 def parsed_molecules(smiles):
     """Each SMILES as an RDKit molecule; None where RDKit cannot parse it. RDKit reads only up
     to the first space or non-ASCII character (the rest is a name to it: "CCé" would be
-    ethane), so such strings count as unparsable. Parsing is most of the time spent preparing
-    a corpus: parse once, then write and describe the same molecules."""
+    ethane), so such strings count as unparsable. Parsing costs more than writing a canonical
+    SMILES: parse once, then write, describe and fingerprint the same molecules (the `_of`
+    functions below)."""
     Chem = _rdkit()
     return [
         Chem.MolFromSmiles(s) if s.isascii() and not any(c.isspace() for c in s) else None
@@ -58,16 +59,20 @@ def scaffold_groups(smiles):
 def morgan_fingerprints(smiles, radius=2, bits=2048, counts=False):
     """One row of bits per molecule (with `counts`: how often each hashed environment
     occurs); all zeros where RDKit cannot parse it."""
-    Chem = _rdkit()
+    return fingerprints_of(parsed_molecules(smiles), radius, bits, counts)
+
+
+def fingerprints_of(molecules, radius=2, bits=2048, counts=False):
+    """morgan_fingerprints of molecules already parsed (zeros for None)."""
+    _rdkit()
     from rdkit.Chem import rdFingerprintGenerator
 
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=bits)
     fingerprint = (
         generator.GetCountFingerprintAsNumPy if counts else generator.GetFingerprintAsNumPy
     )
-    rows = np.zeros((len(smiles), bits), dtype=np.uint32 if counts else np.uint8)
-    for i, s in enumerate(smiles):
-        mol = Chem.MolFromSmiles(s) if s else None
+    rows = np.zeros((len(molecules), bits), dtype=np.uint32 if counts else np.uint8)
+    for i, mol in enumerate(molecules):
         if mol is not None:
             rows[i] = fingerprint(mol)
     return rows

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..ddp.errors import PartorchError
-from .chem import DESCRIPTORS, molecular_descriptors, morgan_fingerprints
+from .chem import DESCRIPTORS, descriptors_of, fingerprints_of, parsed_molecules
 
 FEATURE_KINDS = ("none", "rdkit2d", "morgan", "rdkit2d+morgan")
 MORGAN_BITS = 2048
@@ -80,11 +80,12 @@ def raw_features(kind, smiles):
     if kind not in FEATURE_KINDS[1:]:
         choices = ", ".join(FEATURE_KINDS)
         raise PartorchError(f"unknown extra features {kind!r}; choose from {choices}")
+    molecules = parsed_molecules(smiles)  # once, for both kinds
     parts = []
     if _descriptor_count(kind):
-        parts.append(molecular_descriptors(smiles, DESCRIPTORS))
+        parts.append(descriptors_of(molecules, DESCRIPTORS))
     if "morgan" in kind:
-        counts = morgan_fingerprints(smiles, bits=MORGAN_BITS, counts=True)
+        counts = fingerprints_of(molecules, bits=MORGAN_BITS, counts=True)
         parts.append(np.log1p(counts, dtype=np.float32).astype(np.float16))
     if len(parts) == 1:
         return parts[0]

@@ -97,3 +97,13 @@ def test_descriptors_and_morgan_together_scale_the_descriptors_only():
     assert np.allclose(values[:, :count], descriptors.compute(SMILES), atol=2e-3, rtol=2e-3)
     assert np.array_equal(values[:, count:], morgan.compute(SMILES))
     assert features_from_dict(both.to_dict()) == both
+
+
+def test_both_kinds_come_from_one_parse_of_each_molecule(monkeypatch):
+    from rdkit import Chem
+
+    parse, parsed = Chem.MolFromSmiles, []
+    monkeypatch.setattr(Chem, "MolFromSmiles", lambda s: parsed.append(s) or parse(s))
+    MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2])
+    readable = [s for s in SMILES if " " not in s]  # a SMILES with a space never reaches RDKit
+    assert sorted(parsed) == sorted(readable)

@@ -162,7 +162,7 @@ def test_a_chunk_parses_each_molecule_once_for_its_smiles_and_descriptors(monkey
     monkeypatch.setattr(Chem, "MolFromSmiles", lambda s: parsed.append(s) or parse(s))
     given = ["OCC", "C1=CC=CC=C1O", "C1CC", "CCCCCC"]
     chunk = prepared._tokenized_chunk(given, True, ("MolWt", "NumHDonors"))
-    assert sorted(parsed) == sorted(given)  # parsing is most of preparing's time: once a molecule
+    assert sorted(parsed) == sorted(given)  # once a molecule, for its SMILES and descriptors
     assert chunk.smiles == ["CCO", "Oc1ccccc1", None, "CCCCCC"]
     monkeypatch.setattr(Chem, "MolFromSmiles", parse)
     expected = molecular_descriptors(
