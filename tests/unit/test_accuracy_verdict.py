@@ -3,7 +3,7 @@ the summary's pick of a network by dev scores alone."""
 
 import importlib.util
 
-from helpers import BENCHMARKS
+from helpers import BENCHMARKS, DDP
 import pytest
 
 
@@ -150,3 +150,20 @@ def test_each_preset_is_a_recipe_of_the_report_flag_for_flag(report):
             given.append(flags[i : i + 1 + takes_value])
             i += 1 + takes_value
         assert sorted(given) == sorted(expected), preset
+
+
+def test_every_planned_network_run_is_one_the_ddp_rung_accepts(report):
+    """The grid's commands are checked against the rung's own parser here, not after an hour's
+    wait in the background: a flag the rung dropped (HIV's --distributed-eval, now the
+    fault-tolerant rung's) once failed every HIV run at start-up."""
+    spec = importlib.util.spec_from_file_location("ddp_rung", DDP)
+    rung = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rung)
+    parser = rung.build_parser()
+    runs = report.plan(list(report.GRID), seeds=[1], recipes=list(report.RECIPES))
+    networks = [run for run in runs if run.model == "network"]
+    assert {run.dataset for run in networks} == set(report.GRID)
+    for run in networks:
+        command = run.command("data.csv", ["label"], processes=2)
+        args = parser.parse_args(command[command.index(str(DDP)) + 1 :])
+        assert args.seed == 1 and args.split == run.split, run.key
