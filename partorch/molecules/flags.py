@@ -181,8 +181,8 @@ def add_split_flags(data):
 def add_rnn_flags(model):
     add = model.add_argument
     add("--embedding-dim", type=FlagParser.positive(int), default=128, help="token embedding size")
-    add("--d-model", type=FlagParser.positive(int), default=128, help="hidden size")
-    add("--num-layers", type=FlagParser.positive(int), default=3, help="recurrent layers")
+    add("--d-model", type=FlagParser.positive(int), default=64, help="hidden size")
+    add("--num-layers", type=FlagParser.positive(int), default=2, help="recurrent layers")
     add(
         "--bidirectional",
         action=argparse.BooleanOptionalAction,
