@@ -346,6 +346,13 @@ def against_lightning(args, dataset, procs):
         "--batch-size",
         str(args.batch_size),
     ]
+    # Lightning's module is RNNPredictor at its class defaults, MODEL's sizes: the script is given
+    # them, as its own defaults are the smaller quick network
+    sizes = [
+        text
+        for name in ("embedding_dim", "d_model", "num_layers")
+        for text in (f"--{name.replace('_', '-')}", str(MODEL[name]))
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         run_job(
             [
@@ -371,6 +378,7 @@ def against_lightning(args, dataset, procs):
                 f"--nproc-per-node={procs}",
                 str(ROOT / "scripts" / "basic_neural_network_ddp.py"),
                 *common,
+                *sizes,
                 "--patience",
                 "0",
                 "--quiet",

@@ -15,7 +15,7 @@ from .tasks import CLASS_WEIGHTS, TASK_KINDS
 # The encoder that ships with the project (see its README), found from the package's place
 SHIPPED_ENCODER = Path(__file__).resolve().parents[2] / "models" / "moses_descriptors"
 # --preset (a script's parser.add_presets): flag values by name. quick is the defaults, what the
-# usage line runs on BBBP (7 minutes on a slow 2-core CPU); accurate is the recipe
+# usage line runs on BBBP (under 2 minutes on a slow 2-core CPU); accurate is the recipe
 # docs/accuracy.md chose on dev scores (never test's), at several times the cost: the shipped
 # encoder fine-tuned, with RDKit descriptors and Morgan counts beside its encoding (dev 0.979;
 # either kind alone scored 0.971 and 0.974 on BBBP's scaffold split).
@@ -181,8 +181,8 @@ def add_split_flags(data):
 def add_rnn_flags(model):
     add = model.add_argument
     add("--embedding-dim", type=FlagParser.positive(int), default=128, help="token embedding size")
-    add("--d-model", type=FlagParser.positive(int), default=128, help="hidden size")
-    add("--num-layers", type=FlagParser.positive(int), default=3, help="recurrent layers")
+    add("--d-model", type=FlagParser.positive(int), default=64, help="hidden size")
+    add("--num-layers", type=FlagParser.positive(int), default=2, help="recurrent layers")
     add(
         "--bidirectional",
         action=argparse.BooleanOptionalAction,

@@ -52,26 +52,29 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     # and two recipes
     for seed, score in zip((1, 2), forest):
         _fake_network_run(runs, seed, score + 0.2)
-        _fake_network_run(runs, seed, score - 0.3, recipe="augment", dev=0.85, seconds=120)
-        _fake_network_run(runs, seed, score - 0.3, recipe="long", dev=0.95, seconds=300)
-    done = run_script([REPORT, "--write-only", "--recipes", "augment", "long", *flags], timeout=60)
+        _fake_network_run(runs, seed, score - 0.3, recipe="large-augment", dev=0.85, seconds=120)
+        _fake_network_run(runs, seed, score - 0.3, recipe="large-long", dev=0.95, seconds=300)
+    done = run_script(
+        [REPORT, "--write-only", "--recipes", "large-augment", "large-long", *flags], timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "- stratified 72/18/10: network better by 0.200" in doc.read_text()
     assert (
-        "- stratified 72/18/10, augment: forest better by 0.300; on dev, -0.050 against the "
+        "- stratified 72/18/10, large-augment: forest better by 0.300; on dev, -0.050 against the "
         "default network's mean (seeds 1, 2)" in doc.read_text()
     )
-    assert "| stratified 72/18/10 | network, augment | 1, 2 |" in doc.read_text()
+    assert "| stratified 72/18/10 | network, large-augment | 1, 2 |" in doc.read_text()
     # the default is chosen by dev, whatever test says, with its cost beside it
     assert (
-        "- **augment** (`--augment --tta 10`): BBBP stratified 72/18/10 -0.050 (2 seeds; 2.0 min a "
-        "run, the defaults 1.0). lowers dev on BBBP stratified 72/18/10: stays a flag."
-        in doc.read_text()
+        "- **large-augment** (`--d-model 128 --num-layers 3 --augment --tta 10`): BBBP stratified "
+        "72/18/10 -0.050 (2 seeds; 2.0 min a run, the defaults 1.0). lowers dev on BBBP stratified "
+        "72/18/10: stays a flag." in doc.read_text()
     )
     assert (
-        "- **long** (`--epochs 100 --patience 20`): BBBP stratified 72/18/10 +0.050 (2 seeds; 5.0 "
-        "min a run, the defaults 1.0). raises dev wherever compared (1 of the grid's 3 splits): a "
-        "candidate for the default." in doc.read_text()
+        "- **large-long** (`--d-model 128 --num-layers 3 --epochs 100 --patience 20`): BBBP "
+        "stratified 72/18/10 +0.050 (2 seeds; 5.0 min a run, the defaults 1.0). raises dev "
+        "wherever compared (1 of the grid's 3 splits): a candidate for the default."
+        in doc.read_text()
     )
 
     # the ledger keeps every figure: the tables survive the run folders, and nothing is run again
@@ -82,8 +85,8 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
         for model in (
             "forest_canonical",
             "network_canonical",
-            "network_canonical_augment",
-            "network_canonical_long",
+            "network_canonical_large-augment",
+            "network_canonical_large-long",
         )
     )
     assert [kept[f"{CELL}/forest_canonical/seed_{s}"]["test"] for s in (1, 2)] == forest
@@ -93,7 +96,8 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     before = doc.read_text()
     shutil.rmtree(runs)
     moved = run_script(
-        [REPORT, "--only", f"{CELL}/forest", "--recipes", "augment", "long", *flags], timeout=60
+        [REPORT, "--only", f"{CELL}/forest", "--recipes", "large-augment", "large-long", *flags],
+        timeout=60,
     )
     assert moved.returncode == 0 and "running " not in moved.stdout, moved.stderr
     assert doc.read_text() == before
