@@ -76,8 +76,8 @@ STYLE_LESSON = [
 ]
 # Network recipes beyond the defaults, run with --recipes NAME: levers measured, not guessed.
 # The defaults were the large network (1.1 M weights) until its dev scores proved no better than
-# the small one's at a fifth of the time (the section "Choosing the defaults"); the recipes
-# measured on it keep its sizes and say so by name.
+# the small one's, which takes a third to a ninth of the time (the section "Choosing the
+# defaults"); the recipes measured on it keep its sizes and say so by name.
 LARGE = ["--d-model", "128", "--num-layers", "3"]
 RECIPES = {
     "large": LARGE,
@@ -87,8 +87,8 @@ RECIPES = {
     "large-long": [*LARGE, "--epochs", "100", "--patience", "20"],
     # rare positives (HIV's 3.5 %) carry half the loss
     "large-weighted": [*LARGE, "--class-weight", "balanced"],
-    # augmentation as a regulariser alone, at the defaults' evaluation cost (HIV's dev is 4,000
-    # molecules)
+    # augmentation as a regulariser alone, without --tta's cost of scoring 11 strings a molecule
+    # (HIV's dev is 4,000 molecules)
     "large-augment-train": [*LARGE, "--augment"],
     # large-augment-train's best dev epoch is mostly the 25th-30th: fresh strings every epoch
     # fit more slowly
@@ -922,7 +922,7 @@ over the seeds on this 2-core machine.
   {processes} processes (`torchrun --nproc-per-node {processes}`): a bidirectional LSTM of 2
   layers of 64 (0.2 M weights), at most 30 epochs, stopping after 10 without a better dev score,
   the best dev epoch's weights scored on test. Until the section "Choosing the defaults" showed
-  it no better on dev at five times the cost, the default was the large network (3 layers of
+  it no better on dev at 3 to 9 times the minutes, the default was the large network (3 layers of
   128, 1.1 M weights): the recipes measured on it are named `large`.{recipes}
 - **forest**: `benchmarks/baseline_fingerprints.py`: 500 trees on 2048-bit Morgan
   fingerprints of radius 2, one forest per label column.

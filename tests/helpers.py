@@ -1,5 +1,6 @@
 """What the tests share: paths, flags for quick runs, and running scripts for real."""
 
+import importlib.util
 import os
 from pathlib import Path
 import signal
@@ -32,6 +33,14 @@ FAST_FLAGS = [
     "32",
     "--quiet",
 ]
+
+
+def parser_of(script):
+    """A training script's own argparse parser (its build_parser), loaded without running it."""
+    spec = importlib.util.spec_from_file_location(script.stem, script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
 
 
 def free_port():

@@ -3,7 +3,7 @@ the summary's pick of a network by dev scores alone."""
 
 import importlib.util
 
-from helpers import BENCHMARKS, DDP
+from helpers import BENCHMARKS, DDP, parser_of
 import pytest
 
 
@@ -156,10 +156,7 @@ def test_every_planned_network_run_is_one_the_ddp_rung_accepts(report):
     """The grid's commands are checked against the rung's own parser here, not after an hour's
     wait in the background: a flag the rung dropped (HIV's --distributed-eval, now the
     fault-tolerant rung's) once failed every HIV run at start-up."""
-    spec = importlib.util.spec_from_file_location("ddp_rung", DDP)
-    rung = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rung)
-    parser = rung.build_parser()
+    parser = parser_of(DDP)
     runs = report.plan(list(report.GRID), seeds=[1], recipes=list(report.RECIPES))
     networks = [run for run in runs if run.model == "network"]
     assert {run.dataset for run in networks} == set(report.GRID)

@@ -6,10 +6,9 @@ model and task."""
 
 import ast
 import difflib
-import importlib.util
 import re
 
-from helpers import DDP, EXAMPLE, FAULT_TOLERANT, SINGLE
+from helpers import DDP, EXAMPLE, FAULT_TOLERANT, SINGLE, parser_of
 
 DDP_CALLS = [
     "init_process_group",
@@ -202,25 +201,18 @@ def test_the_example_changes_only_the_marked_place_of_the_ddp_script():
     )
 
 
-def _parser_of(path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_parser()
-
-
 def test_every_rung_declares_its_flags_in_groups_that_help_shows():
     expected = {
         path: ["data", "model", "training", "distributed", "output"]
         for path in (SINGLE, DDP, FAULT_TOLERANT, EXAMPLE)
     }
     for path, groups in expected.items():
-        parser = _parser_of(path)
+        parser = parser_of(path)
         titles = [g.title for g in parser._action_groups if g._group_actions]
         assert [t for t in titles if t not in ("positional arguments", "options")] == groups, path
         assert all(title + ":" in parser.format_help() for title in groups)
     # the flags only the fault-tolerant rung can honour are its own
-    assert "--distributed-eval" in _parser_of(FAULT_TOLERANT).format_help()
-    assert "--distributed-eval" not in _parser_of(DDP).format_help()
+    assert "--distributed-eval" in parser_of(FAULT_TOLERANT).format_help()
+    assert "--distributed-eval" not in parser_of(DDP).format_help()
     # every rung takes the contract's flags, so one job file can call any of them
-    assert _parser_of(SINGLE).parse_args(["x.csv", "--dist-timeout", "60"]).dist_timeout == 60
+    assert parser_of(SINGLE).parse_args(["x.csv", "--dist-timeout", "60"]).dist_timeout == 60
