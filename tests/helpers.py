@@ -35,12 +35,18 @@ FAST_FLAGS = [
 ]
 
 
-def parser_of(script):
-    """A training script's own argparse parser (its build_parser), loaded without running it."""
-    spec = importlib.util.spec_from_file_location(script.stem, script)
+def load_module(path):
+    """A script (a rung, a benchmark) as a fresh module of its own, its main not run: each call
+    gives a new one, so a test's monkeypatching of it reaches no other test."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build_parser()
+    return module
+
+
+def parser_of(script):
+    """A training script's own argparse parser (its build_parser)."""
+    return load_module(script).build_parser()
 
 
 def free_port():

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from helpers import BENCHMARKS, run_script
+from helpers import BENCHMARKS, load_module, run_script
 import pandas as pd
 import pytest
 
@@ -13,10 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.benchmark]
 
 
 def load_benchmark_module():
-    spec = importlib.util.spec_from_file_location("benchmark", BENCHMARKS / "speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(BENCHMARKS / "speed.py")
 
 
 @pytest.mark.timeout(420)
@@ -211,9 +208,7 @@ def test_the_cpu_is_described_by_name_family_model_and_widest_vector_unit(tmp_pa
 
 def test_the_large_case_adds_hiv_ten_times_over_after_hiv(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # large_data imports speed's helpers
-    spec = importlib.util.spec_from_file_location("large_data", BENCHMARKS / "large_data.py")
-    large_data = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(large_data)
+    large_data = load_module(BENCHMARKS / "large_data.py")
     hiv = tmp_path / "HIV.csv"
     hiv.write_text("smiles,HIV_active\nCCO,0\nCCN,1")  # no newline at the end
     rows = large_data.with_repeats([("BBBP", tmp_path / "b.csv"), ("HIV", hiv)], tmp_path)

@@ -8,12 +8,11 @@ import csv
 import dataclasses
 import gzip
 import hashlib
-import importlib.util
 import shlex
 import subprocess
 import sys
 
-from helpers import DDP, ROOT, error_lines, shared_dataset
+from helpers import DDP, ROOT, error_lines, load_module, shared_dataset
 import pytest
 
 PLACE = ROOT / "dataset" / "place_data.py"
@@ -36,10 +35,7 @@ def place(*args):
 def place_data():
     """The script as a module of its own for this test, so that monkeypatching its constants
     reaches no other test."""
-    spec = importlib.util.spec_from_file_location("place_data", PLACE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(PLACE)
 
 
 def command_line(stdout):

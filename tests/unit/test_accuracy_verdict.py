@@ -1,18 +1,13 @@
 """The accuracy report's verdict: who wins, by how much, and when one side is a single figure; and
 the summary's pick of a network by dev scores alone."""
 
-import importlib.util
-
-from helpers import BENCHMARKS, DDP, parser_of
+from helpers import BENCHMARKS, DDP, load_module, parser_of
 import pytest
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("accuracy_report", BENCHMARKS / "accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(BENCHMARKS / "accuracy.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,20 +1,11 @@
 """--config FILE: values through each flag's own type and choices, the command line winning,
 positionals from the file, and one error line naming the file and the key."""
 
-import importlib.util
-
-from helpers import DDP
+from helpers import DDP, parser_of
 import pytest
 import yaml
 
 from partorch.ddp.config import write_config
-
-
-def _parser():
-    spec = importlib.util.spec_from_file_location("ddp_rung", DDP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_parser()
 
 
 def test_file_values_become_defaults_and_the_command_line_wins(tmp_path):
@@ -23,19 +14,21 @@ def test_file_values_become_defaults_and_the_command_line_wins(tmp_path):
         "dataset: data/x.csv\nlr: 0.01\nlabel-column: [a, b]\nsplit_sizes: [0.8, 0.1, 0.1]\n"
         "augment: true\nbidirectional: false\nseed: 3\n"
     )
-    args = _parser().parse_args(["--config", str(path), "--seed", "4"])
+    args = parser_of(DDP).parse_args(["--config", str(path), "--seed", "4"])
     assert (args.dataset, args.lr, args.label_column) == ("data/x.csv", 0.01, ["a", "b"])
     assert args.split_sizes == (0.8, 0.1, 0.1) and args.augment and not args.bidirectional
     assert args.seed == 4  # the command line wins
-    assert _parser().parse_args(["other.csv", "--config", str(path)]).dataset == "other.csv"
+    assert parser_of(DDP).parse_args(["other.csv", "--config", str(path)]).dataset == "other.csv"
 
 
 def test_the_saved_config_reads_back_to_the_same_flags(tmp_path):
-    args = _parser().parse_args(["d.csv", "--lr-schedule", "cosine", "--output-dir", "o"])
+    args = parser_of(DDP).parse_args(["d.csv", "--lr-schedule", "cosine", "--output-dir", "o"])
     write_config(args, tmp_path)
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert "output-dir" not in saved and "resume" not in saved and "config" not in saved
-    again = _parser().parse_args(["--config", str(tmp_path / "config.yaml"), "--output-dir", "o"])
+    again = parser_of(DDP).parse_args(
+        ["--config", str(tmp_path / "config.yaml"), "--output-dir", "o"]
+    )
     assert vars(again) == vars(args)
 
 
@@ -55,7 +48,7 @@ def test_a_bad_config_file_is_one_error_naming_the_file_and_key(tmp_path, capsys
     path = tmp_path / "bad.yaml"
     path.write_text(content)
     with pytest.raises(SystemExit) as exit:
-        _parser().parse_args(["d.csv", "--config", str(path)])
+        parser_of(DDP).parse_args(["d.csv", "--config", str(path)])
     assert exit.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert message in error and str(path) in error and "error:" in error, error
@@ -63,27 +56,27 @@ def test_a_bad_config_file_is_one_error_naming_the_file_and_key(tmp_path, capsys
 
 def test_a_missing_config_file_is_one_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        _parser().parse_args(["d.csv", "--config", str(tmp_path / "none.yaml")])
+        parser_of(DDP).parse_args(["d.csv", "--config", str(tmp_path / "none.yaml")])
     assert "cannot read" in capsys.readouterr().err
 
 
 def test_yaml_s_yes_and_off_are_the_choices_they_name_and_no_names_are_refused(tmp_path, capsys):
     path = tmp_path / "run.yaml"
     path.write_text("dataset: d.csv\namp: off\nresume: yes\noutput-dir: o\n")
-    args = _parser().parse_args(["--config", str(path)])
+    args = parser_of(DDP).parse_args(["--config", str(path)])
     assert (args.amp, args.resume) == ("off", "yes")
     path.write_text("no-bidirectional: true\n")  # would read as bidirectional: true
     with pytest.raises(SystemExit):
-        _parser().parse_args(["d.csv", "--config", str(path)])
+        parser_of(DDP).parse_args(["d.csv", "--config", str(path)])
     assert "unknown key 'no-bidirectional'" in capsys.readouterr().err
 
 
 def test_a_preset_sets_defaults_that_a_config_file_and_the_command_line_override(tmp_path):
     from partorch.molecules.flags import PRESETS, SHIPPED_ENCODER
 
-    quick = _parser().parse_args(["data.csv"])
+    quick = parser_of(DDP).parse_args(["data.csv"])
     assert quick.preset == "quick" and quick.init_from is None and quick.epochs == 30
-    accurate = _parser().parse_args(["data.csv", "--preset", "accurate", "--epochs", "3"])
+    accurate = parser_of(DDP).parse_args(["data.csv", "--preset", "accurate", "--epochs", "3"])
     assert accurate.preset == "accurate" and accurate.epochs == 3  # the command line wins
     assert accurate.init_from == str(SHIPPED_ENCODER) and SHIPPED_ENCODER.is_dir()
     for flag, value in PRESETS["accurate"].items():
@@ -91,14 +84,14 @@ def test_a_preset_sets_defaults_that_a_config_file_and_the_command_line_override
             assert getattr(accurate, flag.replace("-", "_")) == value
     path = tmp_path / "run.yaml"  # a run's config.yaml names its preset and its values
     path.write_text("preset: accurate\npatience: 7\n")
-    from_file = _parser().parse_args(["data.csv", "--config", str(path)])
+    from_file = parser_of(DDP).parse_args(["data.csv", "--config", str(path)])
     assert from_file.preset == "accurate" and from_file.patience == 7
     assert from_file.init_from == str(SHIPPED_ENCODER)
 
 
 def test_help_lists_each_preset_and_what_it_sets(capsys):
     with pytest.raises(SystemExit):
-        _parser().parse_args(["--help"])
+        parser_of(DDP).parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--preset {quick,accurate}" in text and "quick: the defaults" in text
     assert (
@@ -109,9 +102,9 @@ def test_help_lists_each_preset_and_what_it_sets(capsys):
 
 def test_an_unknown_preset_or_a_preset_naming_no_flag_is_one_error(capsys):
     with pytest.raises(SystemExit):
-        _parser().parse_args(["data.csv", "--preset", "fastest"])
+        parser_of(DDP).parse_args(["data.csv", "--preset", "fastest"])
     assert "argument --preset: invalid choice: 'fastest'" in capsys.readouterr().err
-    parser = _parser()
+    parser = parser_of(DDP)
     parser.presets["broken"] = {"no-such-flag": 1}
     with pytest.raises(SystemExit):
         parser.parse_args(["data.csv", "--preset", "broken"])
