@@ -42,8 +42,14 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from partorch import PartorchError
-from partorch.molecules.tasks import task_from_dict
+from partorch import PartorchError, read_molecule_csv
+from partorch.molecules.splits import (
+    describe_split,
+    parse_sizes,
+    repeats_across_parts,
+    split_molecules,
+)
+from partorch.molecules.tasks import choose_task_kind, task_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (1729, 1, 2, 3, 4)
@@ -176,6 +182,12 @@ class Run:
             f"{self.dataset}/{self.split}_{self.sizes.replace(',', '-')}/"
             f"{self.model}_{self.form}{recipe}/seed_{self.seed}"
         )
+
+    @property
+    def repeats_key(self):
+        """The ledger's name for what this run's split repeats across its parts (the same for
+        every model and recipe on the split and seed)."""
+        return f"{self.key.rsplit('/', 2)[0]}/repeats/seed_{self.seed}"
 
     @property
     def label(self):
@@ -317,8 +329,44 @@ def harvest(run, runs):
         "molecules": sum(map(len, rows)),
         "seconds": metrics.get("wall_seconds"),  # the run's own clock: no torchrun start-up
         # what the identical-splits checks compare, once the folder is gone
-        "split_sha256": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+        "split_sha256": split_digest(splits),
     }
+
+
+def split_digest(described):
+    """A digest of the file rows in train, dev and test of a split described as in splits.json."""
+    rows = [described[name] for name in ("train", "dev", "test")]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+
+def count_repeats(runs, ledger, placed, data_dir):
+    """Add to the ledger, for each split and seed with a finished canonical run whose data is
+    here, how many dev and test molecules repeat one of an earlier part (`repeats_across_parts`).
+    The split is drawn again as the runs drew it, and must match the digest they recorded."""
+    tables = {}
+    for run in runs:
+        in_grid = run.form == "canonical" and (run.split, run.sizes) in GRID[run.dataset]["splits"]
+        if not in_grid or run.key not in ledger or run.repeats_key in ledger:
+            continue
+        if placed[run.dataset] is None:
+            continue
+        if run.dataset not in tables:  # as the runs read it: canonical, unparsable rows dropped
+            csv = Path(data_dir) / f"{run.dataset}.csv"
+            table = read_molecule_csv(csv, "smiles", placed[run.dataset], smiles_form="canonical")
+            tables[run.dataset] = table, choose_task_kind("auto", table)
+        table, kind = tables[run.dataset]
+        sizes = parse_sizes(run.sizes)
+        splits = split_molecules(table, run.split, run.seed, kind, sizes)
+        digest = split_digest(describe_split(table, splits, run.split, run.seed, sizes))
+        if ledger[run.key]["split_sha256"] not in (None, digest):
+            raise SystemExit(
+                f"error: {run.key}: the split drawn again to count repeats is not the one the "
+                "run recorded"
+            )
+        ledger[run.repeats_key] = {
+            "split_sha256": digest,
+            **repeats_across_parts(table.smiles, splits),
+        }
 
 
 def load_ledger(path):
@@ -544,10 +592,11 @@ def dataset_section(name, runs, done, ledger):
         f"| best dev epoch | minutes per run |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    verdicts, dev_gains, standings = [], [], []
+    verdicts, repeats, dev_gains, standings = [], [], [], []
     for split, sizes in GRID[name]["splits"]:
         cell = [r for r in finished if (r.split, r.sizes) == (split, sizes)]
         _check_identical_splits(name, split, cell, done)
+        repeats += _repeats_line(f"{SPLIT_NAMES[split]} {_percent(sizes)}", cell, ledger)
         scores, devs, minutes, ran = {}, {}, {}, {}  # ran: each label's seeds
         for label in sorted(
             dict.fromkeys(r.label for r in cell),
@@ -600,7 +649,7 @@ def dataset_section(name, runs, done, ledger):
                     )
                 )
     return (
-        lines + ["", *verdicts] + ([""] if verdicts else []),
+        lines + ["", *verdicts] + ([""] if verdicts else []) + repeats + ([""] if repeats else []),
         dev_gains,
         [s for s in standings if s],
     )
@@ -694,6 +743,45 @@ def standings_section(standings):
         *(standing.row() for standing in standings),
         "",
     ]
+
+
+def repeats_summary(runs, ledger):
+    """Which splits put one molecule in two parts, and the largest share of a test set that is
+    also in train, on any split and seed."""
+    counted = {}  # split -> {seed: its counts}
+    for run in runs:
+        if run.repeats_key in ledger:
+            where = f"{run.dataset} {SPLIT_NAMES[run.split]} {_percent(run.sizes)}"
+            counted.setdefault(where, {})[run.seed] = ledger[run.repeats_key]
+    repeating = [
+        where
+        for where, seeds in counted.items()
+        if any(entry[field] for entry in seeds.values() for field in REPEAT_FIELDS)
+    ]
+    if not repeating:
+        return [] if not counted else [f"{REPEATS_INTRO}: none, on any split or seed.", ""]
+    where, seed = max(
+        ((where, seed) for where in repeating for seed in counted[where]),
+        key=lambda pair: _share_in_train(counted[pair[0]][pair[1]]),
+    )
+    most = counted[where][seed]
+    return [
+        f"{REPEATS_INTRO}: none on {len(counted) - len(repeating)} of the {len(counted)} splits; "
+        f"some on {', '.join(repeating)}. At most {most['test_in_train']} of {most['test']} test "
+        f"molecules ({100 * _share_in_train(most):.1f} %, {where}, seed {seed}) are also in "
+        "train: a model can score those from memory.",
+        "",
+    ]
+
+
+REPEATS_INTRO = (
+    "The same molecule (canonical SMILES) in two parts of a split, counted on every split and "
+    "seed of the report (each data set's section gives the counts)"
+)
+
+
+def _share_in_train(counts):
+    return counts["test_in_train"] / counts["test"]
 
 
 def presets_section(standings):
@@ -830,6 +918,35 @@ def _row(entries):
     )
 
 
+REPEAT_FIELDS = ("test_in_train", "test_in_dev", "dev_in_train")
+
+
+def _repeats_line(where, cell, ledger):
+    """How many dev and test molecules of a split are also in an earlier part, seed by seed (one
+    figure where every seed has the same), as a list of one line; empty where none were counted."""
+    counted = {r.seed: ledger[r.repeats_key] for r in cell if r.repeats_key in ledger}
+    if not counted:
+        return []
+    if not any(entry[field] for entry in counted.values() for field in REPEAT_FIELDS):
+        return [f"- {where}, the same molecule in two parts ({_seeds(list(counted))}): none"]
+
+    def figures(field, total):
+        counts = [str(c[field]) for c in counted.values()]
+        totals = [str(c[total]) for c in counted.values()]
+        return f"{_one_or_each(counts)} of {_one_or_each(totals)}"
+
+    return [
+        f"- {where}, the same molecule in two parts ({_seeds(list(counted))}): "
+        f"{figures('test_in_train', 'test')} test molecules are also in train, "
+        f"{figures('test_in_dev', 'test')} in dev; {figures('dev_in_train', 'dev')} dev molecules "
+        "in train"
+    ]
+
+
+def _one_or_each(values):
+    return values[0] if len(set(values)) == 1 else ", ".join(values)
+
+
 def _mean_sd(scores):
     mean, sd = summary(scores)
     return f"{mean:.3f} +- {sd:.3f}" if len(scores) > 1 else f"{mean:.3f}"
@@ -931,6 +1048,11 @@ over the seeds on this 2-core machine.
 - **SMILES**: RDKit canonical (the scripts' default); rows RDKit cannot parse
   are dropped (11 in BBBP). Both models see the same molecules and, for each
   seed, the same split (checked from a digest of the `splits.json` each run writes).
+- **the same molecule in two parts**: a data set can give one molecule twice (BBBP does), and
+  a model can score a test molecule it trained on from memory. Each data set's section counts,
+  split by split and seed by seed, the test molecules whose canonical SMILES is also in train or
+  dev, and the dev molecules also in train (on the split drawn again from the data, checked
+  against the runs' digest). A scaffold split keeps the copies together: they share a scaffold.
 - **splits**: stratified by class, or random (several tasks, regression); scaffold
   puts whole Bemis-Murcko scaffold groups, largest first, in train, then dev,
   then test (DeepChem's order: the seed does not change it, so its spread is
@@ -986,6 +1108,7 @@ def write_report(runs, placed, ledger, args):
         tables, dev_gains, standings = tables + lines, dev_gains + gains, standings + stands
     sections += (
         standings_section(standings)
+        + repeats_summary(runs, ledger)
         + presets_section(standings)
         + tables
         + defaults_section(dev_gains, args.datasets)
@@ -1061,6 +1184,7 @@ def main(args):
             save_ledger(
                 ledger, args.ledger
             )  # after every run: a report cut short loses nothing done
+    count_repeats(runs, ledger, placed, args.data_dir)
     add_ensembles(runs, ledger, args)
     save_ledger(ledger, args.ledger)
     write_report(runs, placed, ledger, args)  # the whole grid, whatever ran

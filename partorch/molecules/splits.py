@@ -157,6 +157,24 @@ def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
         raise DataError(f"{table.source}: {exc}") from None
 
 
+def repeats_across_parts(smiles, splits):
+    """How many dev and test molecules have the SMILES of a molecule in an earlier part (train,
+    or train then dev). In canonical form a repeat is the same molecule: a model can score it from
+    memory, so a split with many flatters every model, the one that memorises most the most."""
+
+    def repeats(part, earlier):
+        known = {smiles[i] for i in getattr(splits, earlier)}
+        return sum(smiles[i] in known for i in getattr(splits, part))
+
+    return {
+        "dev": len(splits.dev),
+        "test": len(splits.test),
+        "dev_in_train": repeats("dev", "train"),
+        "test_in_train": repeats("test", "train"),
+        "test_in_dev": repeats("test", "dev"),
+    }
+
+
 def describe_split(table, splits, method, seed, sizes):
     """splits.json, saved beside a model: which rows of the file (as an editor
     numbers them, the header is row 1) went where, and how they were chosen."""

@@ -42,6 +42,15 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert (
         "- BBBP stratified 72/18/10, network, canonical SMILES: seeds 1, 2" in text
     )  # not run yet, and said so
+    repeated = [
+        _test_molecules_in_train(runs / CELL / "forest_canonical" / f"seed_{s}") for s in (1, 2)
+    ]
+    assert max(repeated) > 0  # BBBP gives some molecules twice: a stratified split parts them
+    counts = f"{repeated[0]}" if repeated[0] == repeated[1] else f"{repeated[0]}, {repeated[1]}"
+    assert (
+        "- stratified 72/18/10, the same molecule in two parts (seeds 1, 2): "
+        f"{counts} of 204 test molecules are also in train" in text
+    )
 
     again = run_script([REPORT, "--only", f"{CELL}/forest", *flags], timeout=60)
     assert again.returncode == 0 and "running " not in again.stdout  # done runs are not run again
@@ -87,6 +96,7 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
             "network_canonical",
             "network_canonical_large-augment",
             "network_canonical_large-long",
+            "repeats",  # counted once a split and seed, whichever models ran on it
         )
     )
     assert [kept[f"{CELL}/forest_canonical/seed_{s}"]["test"] for s in (1, 2)] == forest
@@ -110,6 +120,29 @@ def test_the_report_runs_its_grid_resumes_and_compares_on_identical_splits(tmp_p
     assert refused.returncode != 0
     assert "stratified seed 2: the network and the forest saw different splits" in refused.stderr
     assert doc.read_text() == before  # the last good report stays whole
+
+    # the repeats are counted on the split drawn again, which must be the one the runs recorded
+    entries = json.loads(ledger.read_text())
+    del entries[f"{CELL}/repeats/seed_1"]
+    entries[f"{CELL}/forest_canonical/seed_1"]["split_sha256"] = "0" * 64
+    ledger.write_text(json.dumps(entries))
+    redrawn = run_script([REPORT, "--write-only", *flags], timeout=60)
+    assert redrawn.returncode != 0
+    assert f"error: {CELL}/forest_canonical/seed_1: the split drawn again" in redrawn.stderr
+    assert doc.read_text() == before
+
+
+def _test_molecules_in_train(folder):
+    """The test molecules whose canonical SMILES a train molecule shares, from a run's
+    splits.json (rows of the file as an editor numbers them: the header is row 1)."""
+    rows = json.loads((folder / "splits.json").read_text())
+    smiles = pd.read_csv(ROOT / "dataset" / "BBBP.csv")["smiles"].tolist()
+
+    def canonical(part):
+        return canonical_smiles([smiles[row - 2] for row in rows[part]])
+
+    train = set(canonical("train"))
+    return sum(molecule in train for molecule in canonical("test"))
 
 
 def _fake_network_run(runs, seed, score, recipe=None, forest_splits=True, dev=0.9, seconds=60):

@@ -5,7 +5,14 @@ import pandas as pd
 import pytest
 
 from partorch.molecules.chem import canonical_smiles, scaffold_groups
-from partorch.molecules.splits import describe_split, parse_sizes, split_indices, split_molecules
+from partorch.molecules.splits import (
+    Splits,
+    describe_split,
+    parse_sizes,
+    repeats_across_parts,
+    split_indices,
+    split_molecules,
+)
 from partorch.molecules.table import DataError, MoleculeTable, read_molecule_csv
 from partorch.molecules.tasks import BinaryClassification, Regression
 
@@ -154,6 +161,28 @@ def test_balanced_scaffold_split_varies_with_the_seed_and_keeps_groups_whole():
         assert (
             len(splits.train) <= 0.6 * 23
         )  # a group joins train only while train stays within its share
+
+
+def test_repeats_across_parts_counts_molecules_an_earlier_part_holds():
+    # benzene three times, ethanol twice, each copy in another part; methane once
+    smiles = ["c1ccccc1", "CCO", "C", "c1ccccc1", "CCO", "c1ccccc1"]
+    splits = Splits(train=np.array([0, 1, 2]), dev=np.array([3]), test=np.array([4, 5]))
+    assert repeats_across_parts(smiles, splits) == {
+        "dev": 1,
+        "test": 2,
+        "dev_in_train": 1,
+        "test_in_train": 2,
+        "test_in_dev": 1,
+    }
+
+
+def test_a_scaffold_split_keeps_every_copy_of_a_molecule_in_one_part():
+    smiles = _molecules() * 2  # each molecule twice: copies share their scaffold, so their group
+    splits = split_indices(len(smiles), 0, "scaffold", smiles=smiles, sizes=(0.6, 0.2, 0.2))
+    counts = repeats_across_parts(smiles, splits)
+    assert (counts["dev_in_train"], counts["test_in_train"], counts["test_in_dev"]) == (0, 0, 0)
+    shuffled = split_indices(len(smiles), 0, "random", sizes=(0.6, 0.2, 0.2))
+    assert repeats_across_parts(smiles, shuffled)["test_in_train"] > 0
 
 
 def test_splits_json_names_the_rows_of_the_file(tmp_path):
