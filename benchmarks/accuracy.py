@@ -667,6 +667,7 @@ class Standing(NamedTuple):
     higher: bool  # ROC AUC, or RMSE
     chemprop: list = None  # its test scores, where it ran
     presets: dict = None  # {preset name: its recipe's test scores}, where it ran
+    ran: dict = None  # {model's label: the seeds of its scores, in their order}
 
     def row(self):
         against_chemprop = "- | -"
@@ -688,10 +689,35 @@ class Standing(NamedTuple):
         peers = {"forest": self.forest, **({"chemprop": self.chemprop} if self.chemprop else {})}
         best = (max if self.higher else min)(peers, key=lambda peer: statistics.mean(peers[peer]))
         scores = (self.presets or {}).get(name)
-        text = verdict(scores, peers[best], self.higher, ("preset", best)) if scores else "-"
+        text = "-"
+        if scores:
+            label = f"network, {PRESET_RECIPES[name]}"
+            preset, peer, shared = self._on_shared_seeds((label, scores), (best, peers[best]))
+            text = verdict(preset, peer, self.higher, ("preset", best)) + shared
         return (
             f"| {self.where} | {self._scores_text(scores)} | {_mean_sd(self.forest)} "
             f"| {self._scores_text(self.chemprop)} | {best} | {text} |"
+        )
+
+    def _on_shared_seeds(self, one, other):
+        """Two models' (label, scores) cut to the seeds both ran, where their seeds differ: on a
+        split drawn per seed, one seed's test set can be harder for every model than another's.
+        Returns both lists and a note naming the seeds, empty where nothing was cut."""
+        (label, scores), (other_label, other_scores) = one, other
+        seeds = self.ran or {}
+        if label not in seeds or other_label not in seeds:
+            return scores, other_scores, ""
+        shared = [seed for seed in seeds[label] if seed in seeds[other_label]]
+        if not shared or sorted(seeds[label]) == sorted(seeds[other_label]):
+            return scores, other_scores, ""
+
+        def on_shared(who, values):
+            return [value for seed, value in zip(seeds[who], values) if seed in shared]
+
+        return (
+            on_shared(label, scores),
+            on_shared(other_label, other_scores),
+            f"; on the {_seeds(shared)} that both ran",
         )
 
     def _scores_text(self, scores):
@@ -720,7 +746,7 @@ def dev_pick(where, scores, devs, ran, higher):
     chemprop = scores.get("chemprop")
     presets = {name: scores.get(f"network, {recipe}") for name, recipe in PRESET_RECIPES.items()}
     return Standing(
-        where, scores["forest"], best, mean_dev, scores[best], higher, chemprop, presets
+        where, scores["forest"], best, mean_dev, scores[best], higher, chemprop, presets, ran
     )
 
 
@@ -794,7 +820,8 @@ def presets_section(standings):
             "",
             f"The preset's recipe (network, {recipe}) on each split against the better of the "
             "forest and chemprop there, by mean test score. A verdict that names a peer is the "
-            "gap by which the preset falls short of it.",
+            "gap by which the preset falls short of it; where the two ran different seeds, it "
+            "compares them on the seeds both ran.",
             "",
             f"| data set, split (train/dev/test %) | `--preset {name}`, test | forest, test "
             "| chemprop, test | the better of the two | verdict |",

@@ -159,3 +159,20 @@ def test_every_planned_network_run_is_one_the_ddp_rung_accepts(report):
         command = run.command("data.csv", ["label"], processes=2)
         args = parser.parse_args(command[command.index(str(DDP)) + 1 :])
         assert args.seed == 1 and args.split == run.split, run.key
+
+
+def test_a_preset_short_of_seeds_meets_its_peer_on_the_seeds_both_ran(report):
+    (preset, recipe), *_ = report.PRESET_RECIPES.items()
+    label = f"network, {recipe}"
+    devs = {"forest": {}, "network": {1: 0.8, 2: 0.8, 3: 0.8}, label: {3: 0.9}}
+    seeds = {"forest": [1, 2, 3], "network": [1, 2, 3], label: [3]}
+    # seed 3's test set is the easiest for the forest: 0.815 beats its mean (0.810), not its 0.820
+    row = report.dev_pick("X", {**TESTS, label: [0.815]}, devs, seeds, True).preset_row(preset)
+    assert row.endswith(
+        "| 0.815 (1 seed) | 0.810 +- 0.010 | not run yet | forest | forest better by 0.005 (one "
+        "preset figure and one forest figure: the noise leaves out their spread); on the seed 3 "
+        "that both ran |"
+    )
+    devs[label], seeds[label] = {1: 0.9, 2: 0.9, 3: 0.9}, [1, 2, 3]  # every seed: the means
+    row = report.dev_pick("X", {**TESTS, label: [0.90, 0.91, 0.92]}, devs, seeds, True)
+    assert row.preset_row(preset).endswith("| forest | preset better by 0.100 |")
