@@ -800,12 +800,6 @@ def repeats_summary(runs, ledger):
     ]
 
 
-REPEATS_INTRO = (
-    "The same molecule (canonical SMILES) in two parts of a split, counted on every split and "
-    "seed of the report (each data set's section gives the counts)"
-)
-
-
 def _share_in_train(counts):
     return counts["test_in_train"] / counts["test"]
 
@@ -946,6 +940,12 @@ def _row(entries):
 
 
 REPEAT_FIELDS = ("test_in_train", "test_in_dev", "dev_in_train")
+
+
+REPEATS_INTRO = (
+    "The same molecule (canonical SMILES) in two parts of a split, counted on every split and "
+    "seed of the report (each data set's section gives the counts)"
+)
 
 
 def _repeats_line(where, cell, ledger):
