@@ -779,11 +779,7 @@ def repeats_summary(runs, ledger):
         if run.repeats_key in ledger:
             where = f"{run.dataset} {SPLIT_NAMES[run.split]} {_percent(run.sizes)}"
             counted.setdefault(where, {})[run.seed] = ledger[run.repeats_key]
-    repeating = [
-        where
-        for where, seeds in counted.items()
-        if any(entry[field] for entry in seeds.values() for field in REPEAT_FIELDS)
-    ]
+    repeating = [where for where, seeds in counted.items() if _any_repeat(seeds.values())]
     if not repeating:
         return [] if not counted else [f"{REPEATS_INTRO}: none, on any split or seed.", ""]
     where, seed = max(
@@ -954,7 +950,7 @@ def _repeats_line(where, cell, ledger):
     counted = {r.seed: ledger[r.repeats_key] for r in cell if r.repeats_key in ledger}
     if not counted:
         return []
-    if not any(entry[field] for entry in counted.values() for field in REPEAT_FIELDS):
+    if not _any_repeat(counted.values()):
         return [f"- {where}, the same molecule in two parts ({_seeds(list(counted))}): none"]
 
     def figures(field, total):
@@ -968,6 +964,11 @@ def _repeats_line(where, cell, ledger):
         f"{figures('test_in_dev', 'test')} in dev; {figures('dev_in_train', 'dev')} dev molecules "
         "in train"
     ]
+
+
+def _any_repeat(entries):
+    """Whether any of a split's seeds (their ledger entries) puts a molecule in two parts."""
+    return any(entry[field] for entry in entries for field in REPEAT_FIELDS)
 
 
 def _one_or_each(values):
