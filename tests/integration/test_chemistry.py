@@ -10,6 +10,7 @@ import pytest
 from partorch.molecules.chem import morgan_fingerprints, scaffold_groups
 from partorch.molecules.splits import split_indices
 from partorch.molecules.table import read_molecule_csv
+from partorch.molecules.tokenizer import split_smiles
 
 
 def _parsed_bbbp(bbbp_path):
@@ -203,6 +204,20 @@ def test_augmented_strings_never_meet_unknown_tokens(bbbp_path):
     for seed in (11, 12):  # streams the vocabulary was not built from
         rewritten = random_smiles(smiles, np.random.default_rng(seed))
         assert not [s for s in rewritten if unknown in tokenizer.encode(s)]
+
+
+def test_the_augmentation_vocabulary_covers_what_only_the_atom_order_decides():
+    from partorch.molecules.chem import augmentation_vocabulary_strings, random_smiles
+    from partorch.molecules.tokenizer import SmilesTokenizer
+
+    # no branch, a double bond's geometry written with / only, a stereocentre, a Kekulé ring
+    # and a bond between rings a file may leave unwritten (RDKit writes it: -)
+    smiles = ["CCCO", "F/C=C/Cl", "C[C@H](N)O", "C1=CC=CC=C1", "c1ccccc1c1ccncc1"]
+    tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
+    rng = np.random.default_rng(3)
+    rewritten = [s for _ in range(50) for s in random_smiles(smiles, rng)]
+    assert {"(", "\\", "[C@@H]", "c", "-"} <= {t for s in rewritten for t in split_smiles(s)}
+    assert not [s for s in rewritten if tokenizer.unknown_tokens(s)]
 
 
 # Out of CI (marker slow). CI covers its core:
