@@ -622,7 +622,14 @@ def dataset_section(name, runs, done, ledger):
                     f"| {_row_of_one(ensemble)} |"
                 )
         standings.append(
-            dev_pick(f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}", scores, devs, ran, higher)
+            dev_pick(
+                f"{name} {SPLIT_NAMES[split]} {_percent(sizes)}",
+                scores,
+                devs,
+                ran,
+                higher,
+                same_test_set=split in SEED_INDEPENDENT_SPLITS,
+            )
         )
         forest = scores.pop("forest", None)
         networks = {label: s for label, s in scores.items() if label not in PEERS}
@@ -668,14 +675,17 @@ class Standing(NamedTuple):
     chemprop: list = None  # its test scores, where it ran
     presets: dict = None  # {preset name: its recipe's test scores}, where it ran
     ran: dict = None  # {model's label: the seeds of its scores, in their order}
+    same_test_set: bool = False  # whether every seed tests on the same molecules
 
     def row(self):
         against_chemprop = "- | -"
         if self.chemprop:
-            names = ("network", "chemprop")
+            network, chemprop, shared = self._on_shared_seeds(
+                (self.label, self.network), ("chemprop", self.chemprop)
+            )
             against_chemprop = (
-                f"{_mean_sd(self.chemprop)} | "
-                f"{verdict(self.network, self.chemprop, self.higher, names)}"
+                f"{self._scores_text(self.chemprop)} | "
+                f"{verdict(network, chemprop, self.higher, ('network', 'chemprop'))}{shared}"
             )
         return (
             f"| {self.where} | {self.label} | {self.dev:.3f} | {_mean_sd(self.network)} | "
@@ -702,10 +712,12 @@ class Standing(NamedTuple):
     def _on_shared_seeds(self, one, other):
         """Two models' (label, scores) cut to the seeds both ran, where their seeds differ: on a
         split drawn per seed, one seed's test set can be harder for every model than another's.
-        Returns both lists and a note naming the seeds, empty where nothing was cut."""
+        Returns both lists and a note naming the seeds, empty where nothing was cut (nor is
+        anything cut where every seed tests on the same molecules: each seed's figure then
+        differs by its training alone, and a mean over more seeds is the better estimate)."""
         (label, scores), (other_label, other_scores) = one, other
         seeds = self.ran or {}
-        if label not in seeds or other_label not in seeds:
+        if self.same_test_set or label not in seeds or other_label not in seeds:
             return scores, other_scores, ""
         shared = [seed for seed in seeds[label] if seed in seeds[other_label]]
         if not shared or sorted(seeds[label]) == sorted(seeds[other_label]):
@@ -728,7 +740,7 @@ class Standing(NamedTuple):
         return _mean_sd(scores) + (f" ({len(scores)} seed{_plural(len(scores))})" if fewer else "")
 
 
-def dev_pick(where, scores, devs, ran, higher):
+def dev_pick(where, scores, devs, ran, higher, same_test_set=False):
     """The single network (no ensemble) with the best mean dev score among those with one for every
     seed the forest ran, as a Standing; None without a forest or such a network. Its test score is
     read, never chosen by."""
@@ -746,7 +758,16 @@ def dev_pick(where, scores, devs, ran, higher):
     chemprop = scores.get("chemprop")
     presets = {name: scores.get(f"network, {recipe}") for name, recipe in PRESET_RECIPES.items()}
     return Standing(
-        where, scores["forest"], best, mean_dev, scores[best], higher, chemprop, presets, ran
+        where,
+        scores["forest"],
+        best,
+        mean_dev,
+        scores[best],
+        higher,
+        chemprop,
+        presets,
+        ran,
+        same_test_set,
     )
 
 
@@ -761,7 +782,8 @@ def standings_section(standings):
         "On each split, of the single networks (defaults and recipes; no ensembles) with a dev "
         "score for every seed the forest ran, the one with the best mean dev score, and its test "
         "score; a network whose dev scores were not kept (a dash below) is not a candidate. "
-        "Scores are ROC AUC, or RMSE on the regression sets (lower is better).",
+        "Scores are ROC AUC, or RMSE on the regression sets (lower is better). Where chemprop "
+        "ran fewer seeds on a split drawn per seed, its verdict is on the seeds both ran.",
         "",
         "| data set, split (train/dev/test %) | network | dev, mean | test | forest, test "
         "| verdict | chemprop, test | verdict |",
@@ -810,8 +832,9 @@ def presets_section(standings):
             "",
             f"The preset's recipe (network, {recipe}) on each split against the better of the "
             "forest and chemprop there, by mean test score. A verdict that names a peer is the "
-            "gap by which the preset falls short of it; where the two ran different seeds, it "
-            "compares them on the seeds both ran.",
+            "gap by which the preset falls short of it. Where the two ran different seeds on a "
+            "split drawn per seed, it compares them on the seeds both ran: one seed's test set "
+            "can be harder for every model than another's.",
             "",
             f"| data set, split (train/dev/test %) | `--preset {name}`, test | forest, test "
             "| chemprop, test | the better of the two | verdict |",

@@ -176,3 +176,21 @@ def test_a_preset_short_of_seeds_meets_its_peer_on_the_seeds_both_ran(report):
     devs[label], seeds[label] = {1: 0.9, 2: 0.9, 3: 0.9}, [1, 2, 3]  # every seed: the means
     row = report.dev_pick("X", {**TESTS, label: [0.90, 0.91, 0.92]}, devs, seeds, True)
     assert row.preset_row(preset).endswith("| forest | preset better by 0.100 |")
+
+
+def test_the_pick_meets_a_chemprop_short_of_seeds_on_the_seeds_both_ran(report):
+    devs = {"forest": {}, "network": {1: 0.8, 2: 0.8, 3: 0.8}}
+    seeds = {"forest": [1, 2, 3], "network": [1, 2, 3], "chemprop": [1]}
+    # seed 1's test set is the hardest: the network's 0.80 there, not its mean 0.85, meets 0.79
+    tests = {**TESTS, "network": [0.80, 0.85, 0.90], "chemprop": [0.79]}
+    row = report.dev_pick("X", tests, devs, seeds, higher=True).row()
+    assert row.endswith(
+        "| 0.790 (1 seed) | network better by 0.010 (one network figure and one chemprop figure: "
+        "the noise leaves out their spread); on the seed 1 that both ran |"
+    )
+    # a scaffold split tests every seed on the same molecules: the means, nothing cut
+    scaffold = report.dev_pick("X", tests, devs, seeds, higher=True, same_test_set=True).row()
+    assert scaffold.endswith(
+        "| 0.790 (1 seed) | network better by 0.060 (one chemprop figure: "
+        "the noise leaves out its spread) |"
+    )
