@@ -146,15 +146,26 @@ def random_smiles(smiles_list, rng):
     return out
 
 
-def augmentation_vocabulary_strings(smiles_list):
+# Marks that point along the string, so a bond walked the other way takes the other one: a
+# double bond's geometry (/ and \) and a dative bond's arrow (-> and <-, HIV's metal complexes).
+MIRRORED_MARKS = ("/\\", "<>")
+
+
+def augmentation_vocabulary_strings(smiles_list, canonical=False):
     """Strings whose tokens cover what random SMILES of these molecules can contain, found
     without writing any: a random SMILES spells the atoms and bonds as RDKit writes them (so
-    each molecule is written once, canonically: a file's own style may differ), and its atom
-    order changes only the branches, the ring-closure labels (here up to %19), which of @ and
-    @@ marks a stereocentre and which of / and \\ a double bond's geometry. Writing five random
-    SMILES of each molecule instead cost two minutes a rank on HIV's 41,000."""
-    written = [c or s for c, s in zip(canonical_smiles(smiles_list), smiles_list)]
+    each molecule is written once, canonically, unless `canonical` says the strings are RDKit's
+    canonical SMILES already: a file's own style may differ), and its atom order changes only
+    the branches, the ring-closure labels (here up to %19), which of @ and @@ marks a
+    stereocentre, and the other mark of a MIRRORED_MARKS pair. Writing five random SMILES of
+    each molecule instead cost 104 s a rank on HIV's 41,000."""
+    written = (
+        smiles_list
+        if canonical
+        else [c or s for c, s in zip(canonical_smiles(smiles_list), smiles_list)]
+    )
     flipped = [s.replace("@@", "\0").replace("@", "@@").replace("\0", "@") for s in written]
-    directions = "/\\" if any("/" in s or "\\" in s for s in written) else ""
+    held = set().union(*map(set, written))
+    mirrored = "".join(pair for pair in MIRRORED_MARKS if held & set(pair))
     ring_labels = "0123456789" + "".join(f"%{n}" for n in range(10, 20))
-    return written + flipped + ["()" + directions + ring_labels]
+    return written + flipped + ["()" + mirrored + ring_labels]

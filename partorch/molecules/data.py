@@ -53,7 +53,13 @@ def molecule_data(
     the_task = build_task(kind, table, splits, class_weight)
     base_tokens = pretrained_tokens(init_from) if init_from else ()
     with timed(f"{tokenizer} vocabulary"):
-        vocabulary = build_tokenizer(tokenizer, table, augment or tta > 0, base_tokens)
+        vocabulary = build_tokenizer(
+            tokenizer,
+            table,
+            augment or tta > 0,
+            base_tokens,
+            canonical=smiles_form == "canonical",
+        )
     unseen = unseen_token_warning(table, base_tokens, path) if init_from else None
     features, feature_rows = _features(extra_features, table.smiles, splits.train)
     datasets = _datasets(table, splits, vocabulary, seed, augment, tta, feature_rows)

@@ -90,11 +90,12 @@ class SmilesTokenizer:
         return {"type": self.name, "tokens": self.tokens}
 
 
-def build_tokenizer(kind, table, random_smiles=False, base_tokens=()):
+def build_tokenizer(kind, table, random_smiles=False, base_tokens=(), canonical=False):
     """The tokenizer for a MoleculeTable, its vocabulary built from the whole
     file (every rank reads the same file, so every rank builds the same one).
     With `random_smiles` (augmentation), the vocabulary also covers what
-    random SMILES of these molecules can contain, so they never meet <unk>.
+    random SMILES of these molecules can contain, so they never meet <unk> (`canonical`: the
+    table's SMILES are RDKit's canonical ones, so they need not be written again for it).
     With `base_tokens` (a pretrained encoder's vocabulary), those come first, in
     their order, and the file's tokens they lack follow, sorted: the encoder's
     ids keep their meaning and each new token gets an embedding of its own."""
@@ -106,7 +107,7 @@ def build_tokenizer(kind, table, random_smiles=False, base_tokens=()):
     if kind == "bytes":
         tokenizer = BytesTokenizer()
     elif kind == "smiles":
-        extra = augmentation_vocabulary_strings(table.smiles) if random_smiles else []
+        extra = augmentation_vocabulary_strings(table.smiles, canonical) if random_smiles else []
         tokenizer = SmilesTokenizer.build(table.smiles + extra)
         if base_tokens:
             known = set(base_tokens)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partorch.molecules.chem import morgan_fingerprints, scaffold_groups
+from partorch.molecules.chem import canonical_smiles, morgan_fingerprints, scaffold_groups
 from partorch.molecules.splits import split_indices
 from partorch.molecules.table import read_molecule_csv
 from partorch.molecules.tokenizer import split_smiles
@@ -210,14 +210,21 @@ def test_the_augmentation_vocabulary_covers_what_only_the_atom_order_decides():
     from partorch.molecules.chem import augmentation_vocabulary_strings, random_smiles
     from partorch.molecules.tokenizer import SmilesTokenizer
 
-    # no branch, a double bond's geometry written with / only, a stereocentre, a Kekulé ring
-    # and a bond between rings a file may leave unwritten (RDKit writes it: -)
-    smiles = ["CCCO", "F/C=C/Cl", "C[C@H](N)O", "C1=CC=CC=C1", "c1ccccc1c1ccncc1"]
+    # no branch, a double bond's geometry written with / only, a stereocentre, a Kekulé ring,
+    # a bond between rings a file may leave unwritten (RDKit writes it: -), a dative bond (->)
+    smiles = ["CCCO", "F/C=C/Cl", "C[C@H](N)O", "C1=CC=CC=C1", "c1ccccc1c1ccncc1", "[NH3]->[Pt]"]
     tokenizer = SmilesTokenizer.build(smiles + augmentation_vocabulary_strings(smiles))
     rng = np.random.default_rng(3)
     rewritten = [s for _ in range(50) for s in random_smiles(smiles, rng)]
-    assert {"(", "\\", "[C@@H]", "c", "-"} <= {t for s in rewritten for t in split_smiles(s)}
+    assert {"(", "\\", "[C@@H]", "c", "-", "<"} <= {t for s in rewritten for t in split_smiles(s)}
     assert not [s for s in rewritten if tokenizer.unknown_tokens(s)]
+    # strings RDKit wrote canonically (--smiles-form canonical) need not be written again
+    written = canonical_smiles(smiles)
+    again, as_given = (
+        SmilesTokenizer.build(written + augmentation_vocabulary_strings(written, canonical))
+        for canonical in (False, True)
+    )
+    assert again.tokens == as_given.tokens == tokenizer.tokens
 
 
 # Out of CI (marker slow). CI covers its core:
