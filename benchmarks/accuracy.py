@@ -1,7 +1,8 @@
 """Regenerate docs/accuracy.md: the network against a random forest on Morgan
 fingerprints, on identical splits, over seeds, for each data set and split.
 
-    # BBBP: 3 splits x 5 seeds x 2 models, 80 minutes here
+    # BBBP: 3 splits x 5 seeds x 2 models, and 4 runs of the raw-SMILES lesson (the report
+    # gives the minutes a network run took)
     python benchmarks/accuracy.py
     python benchmarks/accuracy.py --datasets BBBP HIV SIDER ESOL Lipophilicity
     python benchmarks/accuracy.py --list          # the runs, and which are done

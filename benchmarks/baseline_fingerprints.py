@@ -3,9 +3,9 @@ fingerprints, with the same molecules, labels, splits and seeds as the
 network (the same flags mean the same thing here).
 
     python benchmarks/baseline_fingerprints.py dataset/BBBP.csv
-    python benchmarks/baseline_fingerprints.py dataset/BBBP.csv \
+    python benchmarks/baseline_fingerprints.py dataset/BBBP.csv \\
         --split scaffold --split-sizes 0.8,0.1,0.1
-    python benchmarks/baseline_fingerprints.py dataset/ESOL.csv \
+    python benchmarks/baseline_fingerprints.py dataset/ESOL.csv \\
         --label-column "measured log solubility in mols per litre"
 
 Each label column gets its own forest (a classifier for 0/1 labels, a

@@ -4,10 +4,10 @@ batches, each molecule tokenized when it is read) and
 `Trainer(strategy="ddp")`, which starts its own processes.
 
     pip install -e '.[bench]'
-    OMP_NUM_THREADS=1 python benchmarks/lightning_reference.py dataset/BBBP.csv \
+    OMP_NUM_THREADS=1 python benchmarks/lightning_reference.py dataset/BBBP.csv \\
         --devices 2 --epochs 5
 
-`benchmark.py --lightning` runs it beside partorch's DDP script at equal
+`benchmarks/speed.py --lightning` runs it beside partorch's DDP script at equal
 epochs. Written to JSON (--out): training samples/s over whole epochs (no
 validation inside the clock) and the test ROC AUC of the best dev epoch.
 """

@@ -1,5 +1,5 @@
 """The workshop tutorial's data path and loop, rebuilt to be measured
-against, not to train with: `benchmark.py --reference` times it, and
+against, not to train with: `benchmarks/speed.py --reference` times it, and
 
     python benchmarks/tutorial_reference.py dataset/BBBP.csv --epochs 10 --seed 1729
 

@@ -4,7 +4,7 @@ scripts/basic_neural_network_ddp.py whose ADAPT block alone differs (a test
 keeps it so): this is how you bring your own data, model and task.
 
     torchrun --standalone --nproc-per-node 2 examples/fingerprint_mlp_ddp.py dataset/BBBP.csv
-    torchrun --standalone --nproc-per-node 2 examples/fingerprint_mlp_ddp.py ESOL.csv \
+    torchrun --standalone --nproc-per-node 2 examples/fingerprint_mlp_ddp.py dataset/ESOL.csv \\
         --smiles-column smiles --label-column "measured log solubility in mols per litre"
 """
 

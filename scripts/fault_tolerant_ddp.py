@@ -1,6 +1,6 @@
 """Train a SMILES recurrent network with DDP, for long jobs across nodes.
 
-    torchrun --nnodes 2 --nproc-per-node 4 --max-restarts 3 --rdzv-backend c10d \
+    torchrun --nnodes 2 --nproc-per-node 4 --max-restarts 3 --rdzv-backend c10d \\
         --rdzv-endpoint HOST:29500 --rdzv-id JOB scripts/fault_tolerant_ddp.py dataset/BBBP.csv
 
 This is scripts/basic_neural_network_ddp.py plus what a long multi-node job
@@ -93,7 +93,8 @@ def build_parser():
     distributed("--bucket-mb", type=positive_int, default=25, help="gradient bucket MB")  # DDP 3
     distributed("--eval-timeout", type=positive_int, metavar="S",  # FT 4
                 help="most seconds rank 0 may score (default 10 x --dist-timeout + 10 ms/molecule)")
-    distributed("--distributed-eval", action="store_true", help="all ranks score dev")  # FT 6
+    distributed("--distributed-eval", action="store_true",  # FT 6
+                help="every rank scores a share of dev and test")
     add = output.add_argument
     add("--output-dir", help=f"the run's folder (default: a new {DEFAULT_OUTPUT_DIR}/version_N)")
     add("--resume", **FlagParser.RESUME)  # [yes|auto|latest]

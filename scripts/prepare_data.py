@@ -1,7 +1,7 @@
 """Prepare a CSV of molecules once, for every rank of every later run to memory-map.
 
-    python scripts/prepare_data.py MOSES_train.csv.gz --output-dir data/moses_train
-    python scripts/prepare_data.py MOSES_test.csv.gz --output-dir data/moses_test \\
+    python scripts/prepare_data.py dataset/MOSES_train.csv.gz --output-dir data/moses_train
+    python scripts/prepare_data.py dataset/MOSES_test.csv.gz --output-dir data/moses_test \\
         --vocabulary-from data/moses_train --vocabulary fixed
     torchrun --standalone --nproc-per-node 2 scripts/pretrain_ddp.py data/moses_train
 
@@ -55,8 +55,8 @@ def build_parser():
     add(
         "--descriptors",
         action="store_true",
-        help=f"also compute {len(DESCRIPTORS)} RDKit 2D descriptors a molecule (about 0.5 ms "
-        "each on one core), for pretrain_ddp.py --objective descriptors",
+        help=f"also compute {len(DESCRIPTORS)} RDKit 2D descriptors a molecule (about 1 ms a "
+        "molecule on one core), for pretrain_ddp.py --objective descriptors",
     )
     add("--workers", type=FlagParser.positive(int), help="processes (default: one a core)")
     add("--quiet", action="store_true", help="no progress bar")

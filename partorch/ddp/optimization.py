@@ -34,7 +34,8 @@ def add_flags(group):
         "--freeze-pretrained-epochs",
         type=FlagParser.non_negative(float),
         default=0.0,
-        help="with a pretrained start (--init-from): epochs that train only the new layers",
+        help="with a pretrained start (the ladder's --init-from): epochs that train only the "
+        "new layers (pretrain_ddp.py has nothing to freeze)",
     )
     add(
         "--clip-grad-norm",
