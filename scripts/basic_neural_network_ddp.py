@@ -57,7 +57,8 @@ def build_model(args, data, device):
     hparams = dict(vocab_size=data.train.tokenizer.vocab_size, embedding_dim=args.embedding_dim,
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
                    bidirectional=args.bidirectional, num_outputs=len(data.task.output_columns),
-                   extra_features=data.train.feature_count)
+                   extra_features=data.train.feature_count,
+                   feature_dropout=args.feature_dropout)
     return molecules.rnn_predictor(hparams, data.train.tokenizer, args.init_from, device)
 # ========================================= END ADAPT =========================================
 

@@ -195,3 +195,10 @@ def add_rnn_flags(model):
         default=0.2,
         help="dropout between layers and in the head",
     )
+    add(
+        "--feature-dropout",
+        type=FlagParser.fraction,
+        default=0.0,
+        help="with --extra-features: the chance that each feature is zeroed in a training step, "
+        "so that the head cannot lean on a few rare ones",
+    )

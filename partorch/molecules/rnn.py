@@ -166,11 +166,19 @@ class RNNEncoder(nn.Module):
 
 class RNNPredictor(RNNEncoder):
     """The encoder, then a small MLP head: one output per task. With `extra_features` (k),
-    the head reads k computed features of each molecule beside the encoding."""
+    the head reads k computed features of each molecule beside the encoding, each dropped
+    with probability `feature_dropout` in training."""
 
-    def __init__(self, vocab_size, *, num_outputs=1, extra_features=0, dropout=0.2, **encoder):
+    def __init__(
+        self, vocab_size, *, num_outputs=1, extra_features=0, feature_dropout=0.0, dropout=0.2,
+        **encoder,
+    ):  # fmt: skip
         super().__init__(vocab_size, dropout=dropout, **encoder)
         self.num_outputs, self.extra_features = num_outputs, extra_features
+        # Single features dropped, not the encoding: 2,048 Morgan counts let the head learn the
+        # training molecules by their rare environments within a few epochs; without any one
+        # of them it must spread its weight, as each tree of a random forest sees a subset.
+        self.feature_dropout = nn.Dropout(feature_dropout)
         d_model = self.lstm.hidden_size
         self.head = nn.Sequential(
             nn.Linear(self.output_size + extra_features, d_model),
@@ -187,5 +195,6 @@ class RNNPredictor(RNNEncoder):
             if features is None or features.shape[-1] != self.extra_features:
                 got = "none" if features is None else features.shape[-1]
                 raise PartorchError(f"the model reads {self.extra_features} features; got {got}")
-            encoding = torch.cat([encoding, features.to(encoding.dtype)], dim=-1)
+            features = self.feature_dropout(features.to(encoding.dtype))
+            encoding = torch.cat([encoding, features], dim=-1)
         return self.head(encoding)

@@ -19,7 +19,8 @@ PREDICT = ROOT / "scripts" / "predict.py"
 @pytest.fixture(scope="module")
 def featured_run(tmp_path_factory, bbbp_subset):
     out = tmp_path_factory.mktemp("features") / "run"
-    flags = [*FAST_FLAGS, "--extra-features", "rdkit2d", "--output-dir", out]
+    flags = [*FAST_FLAGS, "--extra-features", "rdkit2d", "--feature-dropout", "0.3"]
+    flags += ["--output-dir", out]
     result = run_script([DDP, bbbp_subset, *flags], nproc=2)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(final_lines(result.stdout)) == 1
@@ -49,6 +50,7 @@ def test_predict_computes_the_features_the_model_was_trained_with(
     hparams = json.loads((featured_run / "hparams.json").read_text())
     assert hparams["extra_features"] == "rdkit2d"
     assert hparams["model"]["extra_features"] == len(DESCRIPTORS)
+    assert hparams["model"]["feature_dropout"] == 0.3  # training only: predict.py drops none
     frame, path = _test_rows(featured_run, bbbp_subset, tmp_path)
     predicted = _predict(featured_run, path, tmp_path / "p.csv")
     own = json.loads((featured_run / "metrics.json").read_text())["test_roc_auc"]

@@ -83,6 +83,30 @@ def test_the_head_reads_the_features_beside_the_encoding():
         model(tokens, lengths, torch.zeros(2, 2))
 
 
+def test_feature_dropout_zeroes_single_features_in_training_only():
+    torch.manual_seed(0)
+    sizes = dict(embedding_dim=8, d_model=8, num_layers=1, dropout=0.0)
+    model = RNNPredictor(10, extra_features=400, feature_dropout=0.5, **sizes)
+    read = []  # what the head reads: the encoding, then the features
+    model.head.register_forward_pre_hook(lambda _, inputs: read.append(inputs[0][:, -400:]))
+    tokens, lengths, features = (
+        torch.tensor([[2, 3], [4, 5]]),
+        torch.tensor([2, 2]),
+        torch.ones(2, 400),
+    )
+    model.train()(tokens, lengths, features)
+    dropped = read[-1] == 0
+    assert 0.4 < dropped.float().mean() < 0.6
+    assert not torch.equal(dropped[0], dropped[1])  # features, not whole molecules
+    assert torch.equal(read[-1][~dropped], torch.full((int((~dropped).sum()),), 2.0))
+    model.eval()(tokens, lengths, features)
+    assert torch.equal(read[-1], features)
+    plain = RNNPredictor(10, extra_features=400, **sizes)
+    plain.head.register_forward_pre_hook(lambda _, inputs: read.append(inputs[0][:, -400:]))
+    plain.train()(tokens, lengths, features)
+    assert torch.equal(read[-1], features)
+
+
 def test_descriptors_and_morgan_together_scale_the_descriptors_only():
     train = [0, 1, 2]
     both, raw = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, train)
