@@ -174,6 +174,11 @@ class RNNPredictor(RNNEncoder):
         **encoder,
     ):  # fmt: skip
         super().__init__(vocab_size, dropout=dropout, **encoder)
+        if feature_dropout and not extra_features:  # a flag that would silently do nothing
+            raise PartorchError(
+                f"--feature-dropout {feature_dropout:g} drops computed features, and the model "
+                "reads none: add --extra-features, or leave --feature-dropout out"
+            )
         self.num_outputs, self.extra_features = num_outputs, extra_features
         # Single features dropped, not the encoding: 2,048 Morgan counts let the head learn the
         # training molecules by their rare environments within a few epochs; without any one

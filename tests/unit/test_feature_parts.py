@@ -105,6 +105,8 @@ def test_feature_dropout_zeroes_single_features_in_training_only():
     plain.head.register_forward_pre_hook(lambda _, inputs: read.append(inputs[0][:, -400:]))
     plain.train()(tokens, lengths, features)
     assert torch.equal(read[-1], features)
+    with pytest.raises(PartorchError, match="--feature-dropout 0.5 drops computed features"):
+        RNNPredictor(10, feature_dropout=0.5, **sizes)  # no --extra-features: nothing to drop
 
 
 def test_descriptors_and_morgan_together_scale_the_descriptors_only():
