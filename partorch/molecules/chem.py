@@ -99,6 +99,15 @@ DESCRIPTORS = (
 )
 
 
+def all_descriptor_names():
+    """The names of every 2D descriptor the installed RDKit computes (217 in RDKit 2026.09;
+    other versions have more or fewer: a model records the names it was trained with)."""
+    _rdkit()
+    from rdkit.Chem import Descriptors
+
+    return tuple(name for name, _ in Descriptors.descList)
+
+
 def molecular_descriptors(smiles, names=DESCRIPTORS):
     """float64 [molecules, len(names)]: RDKit's descriptors `names` of each molecule; a row of
     NaN where RDKit cannot parse it, NaN where one descriptor fails or is not finite."""

@@ -1,12 +1,17 @@
 """Computed molecular features the network reads beside its SMILES encoding (--extra-features),
 as chemprop's feature generators add them to its graph encoding.
 
-    rdkit2d  RDKit 2D descriptors (chem.DESCRIPTORS), standardised with the training split's
-             mean and deviation; a descriptor RDKit cannot compute becomes that mean (0)
+    rdkit2d  15 RDKit 2D descriptors (chem.DESCRIPTORS), standardised with the training
+             split's mean and deviation; a descriptor RDKit cannot compute becomes that mean (0)
+    rdkit2d-full  every 2D descriptor of the installed RDKit (217, as chemprop's rdkit_2d
+             generator reads about 200), each as sign(x) log(1 + |x|) and then standardised as
+             rdkit2d: some span 30 orders of magnitude (Ipc). About 30 times rdkit2d's cost
+             (7 ms a molecule on one core here; every rank computes them all)
     morgan   Morgan counts (radius 2, 2048 bits) as log(1 + count): most bits are rare, and
              standardising one seen twice in training would turn a test molecule's into a
              large number
-    rdkit2d+morgan  both, the descriptors first, each part treated as on its own
+    rdkit2d+morgan, rdkit2d-full+morgan  both, the descriptors first, each part treated as
+             on its own
 
 The fitted features (kind, columns, statistics) are saved beside the model as
 extra_features.json, so that scripts/predict.py computes what the model was trained on.
@@ -17,9 +22,22 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..ddp.errors import PartorchError
-from .chem import DESCRIPTORS, descriptors_of, fingerprints_of, parsed_molecules
+from .chem import (
+    DESCRIPTORS,
+    all_descriptor_names,
+    descriptors_of,
+    fingerprints_of,
+    parsed_molecules,
+)
 
-FEATURE_KINDS = ("none", "rdkit2d", "morgan", "rdkit2d+morgan")
+FEATURE_KINDS = (
+    "none",
+    "rdkit2d",
+    "morgan",
+    "rdkit2d+morgan",
+    "rdkit2d-full",
+    "rdkit2d-full+morgan",
+)
 MORGAN_BITS = 2048
 
 
@@ -35,8 +53,9 @@ class MoleculeFeatures:
         """Features of `kind`, their statistics from the molecules at `train_indices`; with
         the raw values of every molecule of `smiles` (computed once, here). Morgan columns
         keep mean 0 and deviation 1: they are not standardised."""
-        raw = raw_features(kind, smiles)
-        described = _descriptor_count(kind)
+        names = descriptor_names(kind)
+        raw = raw_features(kind, smiles, names)
+        described = len(names)
         mean, std = np.zeros(raw.shape[1]), np.ones(raw.shape[1])
         if described:
             train = raw[np.asarray(train_indices, dtype=int), :described].astype(np.float64)
@@ -44,22 +63,28 @@ class MoleculeFeatures:
                 train_mean, train_std = np.nanmean(train, axis=0), np.nanstd(train, axis=0)
             mean[:described] = np.nan_to_num(train_mean)
             std[:described] = np.where(np.isfinite(train_std) & (train_std > 1e-8), train_std, 1)
-        columns = [*DESCRIPTORS[:described], *_morgan_columns(raw.shape[1] - described)]
+        columns = [*names, *_morgan_columns(raw.shape[1] - described)]
         return cls(kind, columns, mean.tolist(), std.tolist()), raw
 
     def __len__(self):
         return len(self.columns)
 
+    @property
+    def descriptor_columns(self):
+        """The descriptors' names, as trained with: computed by name, so that a newer RDKit
+        with more descriptors still gives a saved model its own columns."""
+        return [column for column in self.columns if not column.startswith("morgan_")]
+
     def compute(self, smiles):
         """[molecules, features] as the model reads them (see transform)."""
-        return self.transform(raw_features(self.kind, smiles))
+        return self.transform(raw_features(self.kind, smiles, self.descriptor_columns))
 
     def transform(self, raw):
         """Standardised descriptors, 0 where RDKit could not compute one; Morgan's log counts
         as they are. float32, or float16 with Morgan counts: 2048 of them a molecule would
         cost 340 MB a rank on HIV in float32, and 3 significant digits hold log(1 + count)
         for any count a molecule has, as they hold a standardised descriptor's first 3."""
-        described = _descriptor_count(self.kind)
+        described = len(self.descriptor_columns)
         dtype = np.float16 if described < raw.shape[1] else np.float32
         # a copy wherever descriptors are scaled below (their raw dtype is wider); Morgan
         # counts alone are already float16 and returned as they are
@@ -74,27 +99,33 @@ class MoleculeFeatures:
         return asdict(self)
 
 
-def raw_features(kind, smiles):
-    """[molecules, columns] of `kind`: descriptors in float64 (NaN where RDKit cannot compute
-    one), Morgan log counts in float16, both together in float32."""
+def descriptor_names(kind):
+    """The descriptors a kind of features holds, in order (none for Morgan counts alone)."""
     if kind not in FEATURE_KINDS[1:]:
         choices = ", ".join(FEATURE_KINDS)
         raise PartorchError(f"unknown extra features {kind!r}; choose from {choices}")
+    if kind.startswith("rdkit2d-full"):
+        return all_descriptor_names()
+    return DESCRIPTORS if kind.startswith("rdkit2d") else ()
+
+
+def raw_features(kind, smiles, names):
+    """[molecules, columns] of `kind` with the descriptors `names`: descriptors in float64 (NaN
+    where RDKit cannot compute one), Morgan log counts in float16, both together in float32."""
+    descriptor_names(kind)  # a known kind
     molecules = parsed_molecules(smiles)  # once, for both kinds
     parts = []
-    if _descriptor_count(kind):
-        parts.append(descriptors_of(molecules, DESCRIPTORS))
+    if names:
+        values = descriptors_of(molecules, names)
+        if kind.startswith("rdkit2d-full"):
+            values = np.sign(values) * np.log1p(np.abs(values))
+        parts.append(values)
     if "morgan" in kind:
         counts = fingerprints_of(molecules, bits=MORGAN_BITS, counts=True)
         parts.append(np.log1p(counts, dtype=np.float32).astype(np.float16))
     if len(parts) == 1:
         return parts[0]
     return np.hstack([part.astype(np.float32) for part in parts])
-
-
-def _descriptor_count(kind):
-    """How many of a kind's first columns are descriptors (standardised)."""
-    return len(DESCRIPTORS) if kind.startswith("rdkit2d") else 0
 
 
 def _morgan_columns(count):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from partorch import PartorchError
-from partorch.molecules.chem import DESCRIPTORS
+from partorch.molecules.chem import DESCRIPTORS, all_descriptor_names, molecular_descriptors
 from partorch.molecules.datasets import smiles_dataset
 from partorch.molecules.features import MORGAN_BITS, MoleculeFeatures, features_from_dict
 from partorch.molecules.rnn import RNNPredictor
@@ -37,6 +37,24 @@ def test_morgan_features_are_log_counts_left_unscaled():
     assert np.allclose(values, raw) and values.min() == 0
     assert np.allclose(np.expm1(values[0]).sum(), 6)  # ethanol's 3 atoms, radius 0 to 2: 6
     assert values[4].sum() == 0  # unparsable: no environment
+
+
+def test_full_descriptors_are_every_rdkit_descriptor_log_scaled_and_computed_by_name():
+    train = [0, 1, 2, 3]
+    features, raw = MoleculeFeatures.fit("rdkit2d-full+morgan", SMILES, train)
+    names = all_descriptor_names()
+    assert len(names) > 150 and "Ipc" in names and "MolLogP" in names
+    assert features.descriptor_columns == list(names)
+    assert len(features) == len(names) + MORGAN_BITS
+    ipc = names.index("Ipc")
+    plain = molecular_descriptors(SMILES, ["Ipc"])[:, 0]  # grows with size, past 1e30
+    assert np.allclose(raw[[0, 1, 2, 3, 5], ipc], np.log1p(plain[[0, 1, 2, 3, 5]]), rtol=1e-5)
+    values = features.compute(SMILES)
+    assert np.isfinite(values).all() and np.abs(values[train, : len(names)]).max() < 10
+    # a model saved under an RDKit with fewer descriptors: its own columns, by name
+    older = MoleculeFeatures("rdkit2d-full", ["MolLogP", "Ipc"], [0.0, 0.0], [1.0, 1.0])
+    expected = np.nan_to_num(raw[:, [names.index("MolLogP"), ipc]])  # mean 0, deviation 1
+    assert np.allclose(older.compute(SMILES), expected, rtol=1e-5)
 
 
 def test_features_survive_their_json_and_a_foreign_one_is_refused():
