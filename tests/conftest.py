@@ -4,6 +4,7 @@ files). CI leaves out `slow` (a variant whose core another test runs, and the
 benchmark), `faults` and `benchmark`. `python -m pytest -q tests` runs them all;
 `-m unit` only the fast ones. The markers are declared in pyproject.toml."""
 
+import os
 from pathlib import Path
 
 from helpers import ROOT, shared_dataset
@@ -16,6 +17,20 @@ def pytest_collection_modifyitems(items):
         layer = Path(item.fspath).parent.name
         if layer in ("unit", "integration"):
             item.add_marker(layer)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Runs keep what they compute once (prepared corpora, descriptors) in a cache that later
+    runs read: the suite, its torchrun children included, keeps its own, so that it neither
+    reads a user's nor leaves files in it. A test that needs a cache of its own sets one."""
+    before = os.environ.get("PARTORCH_CACHE")
+    os.environ["PARTORCH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if before is None:
+        os.environ.pop("PARTORCH_CACHE")
+    else:
+        os.environ["PARTORCH_CACHE"] = before
 
 
 @pytest.fixture(scope="session")

@@ -1,14 +1,20 @@
 """Files written whole or not at all: a crash, a kill or a full disk leaves
-either the old file or the new one, never half of one."""
+either the old file or the new one, never half of one. And the cache that runs share: its
+folder, and the lock that lets one process of a node build what the others then read."""
 
+from contextlib import contextmanager
 import errno
+import fcntl
 import glob
 import json
 import os
 from pathlib import Path
 import tempfile
+import time
 
 import torch
+
+from .logs import log
 
 
 def atomic_write(path, write):
@@ -71,3 +77,33 @@ def atomic_write_text(text, path):
 
 def atomic_write_json(obj, path):
     atomic_write(path, lambda f: f.write((json.dumps(obj, indent=2) + "\n").encode()))
+
+
+def cache_root():
+    """Where training runs keep what they compute once for later runs (prepared corpora,
+    molecules' features): $PARTORCH_CACHE, else $XDG_CACHE_HOME/partorch, else
+    ~/.cache/partorch. Safe to delete: the next run rebuilds."""
+    if os.environ.get("PARTORCH_CACHE"):
+        return Path(os.environ["PARTORCH_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
+
+
+@contextmanager
+def node_lock(path, report_after=5.0):
+    """Hold an exclusive lock on the file `path` (created if absent) for the block: every
+    process of a node may ask at once, the first builds, the others wait, then find it built."""
+    with open(path, "a+") as handle:
+        started, reported = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not reported and time.monotonic() - started > report_after:
+                    log.info("waiting for another process building %s", path.name)
+                    reported = True
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -99,6 +99,13 @@ DESCRIPTORS = (
 )
 
 
+def rdkit_version():
+    _rdkit()
+    import rdkit
+
+    return rdkit.__version__
+
+
 def all_descriptor_names():
     """The names of every 2D descriptor the installed RDKit computes (217 in RDKit 2026.09;
     other versions have more or fewer: a model records the names it was trained with)."""

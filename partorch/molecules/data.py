@@ -96,7 +96,7 @@ def _features(kind, smiles, train_indices):
     if kind == "none":
         return None, None
     with timed(f"{kind} features of {len(smiles):,} molecules"):
-        features, raw = MoleculeFeatures.fit(kind, smiles, train_indices)
+        features, raw = MoleculeFeatures.fit(kind, smiles, train_indices, cache=True)
         return features, features.transform(raw)
 
 

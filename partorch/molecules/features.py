@@ -21,13 +21,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..ddp.distributed import digest
 from ..ddp.errors import PartorchError
+from ..ddp.files import atomic_write, cache_root, node_lock
+from ..ddp.logs import log
 from .chem import (
     DESCRIPTORS,
     all_descriptor_names,
     descriptors_of,
     fingerprints_of,
     parsed_molecules,
+    rdkit_version,
 )
 
 FEATURE_KINDS = (
@@ -39,6 +43,7 @@ FEATURE_KINDS = (
     "rdkit2d-full+morgan",
 )
 MORGAN_BITS = 2048
+FEATURES_FORMAT = "partorch-features-1"  # raises every cache key when the computation changes
 
 
 @dataclass
@@ -49,12 +54,13 @@ class MoleculeFeatures:
     std: list
 
     @classmethod
-    def fit(cls, kind, smiles, train_indices):
+    def fit(cls, kind, smiles, train_indices, cache=False):
         """Features of `kind`, their statistics from the molecules at `train_indices`; with
-        the raw values of every molecule of `smiles` (computed once, here). Morgan columns
-        keep mean 0 and deviation 1: they are not standardised."""
+        the raw values of every molecule of `smiles` (computed once, here; with `cache`, the
+        descriptors may come from the cache: see _cached_descriptors). Morgan columns keep
+        mean 0 and deviation 1: they are not standardised."""
         names = descriptor_names(kind)
-        raw = raw_features(kind, smiles, names)
+        raw = raw_features(kind, smiles, names, cache)
         described = len(names)
         mean, std = np.zeros(raw.shape[1]), np.ones(raw.shape[1])
         if described:
@@ -109,23 +115,54 @@ def descriptor_names(kind):
     return DESCRIPTORS if kind.startswith("rdkit2d") else ()
 
 
-def raw_features(kind, smiles, names):
+def raw_features(kind, smiles, names, cache=False):
     """[molecules, columns] of `kind` with the descriptors `names`: descriptors in float64 (NaN
-    where RDKit cannot compute one), Morgan log counts in float16, both together in float32."""
+    where RDKit cannot compute one), Morgan log counts in float16, both together in float32.
+    With `cache`, the descriptors come from the cache (see _cached_descriptors)."""
     descriptor_names(kind)  # a known kind
     molecules = parsed_molecules(smiles)  # once, for both kinds
     parts = []
     if names:
-        values = descriptors_of(molecules, names)
-        if kind.startswith("rdkit2d-full"):
-            values = np.sign(values) * np.log1p(np.abs(values))
-        parts.append(values)
+        describe = _cached_descriptors if cache else _descriptors
+        parts.append(describe(kind, smiles, molecules, names))
     if "morgan" in kind:
         counts = fingerprints_of(molecules, bits=MORGAN_BITS, counts=True)
         parts.append(np.log1p(counts, dtype=np.float32).astype(np.float16))
     if len(parts) == 1:
         return parts[0]
     return np.hstack([part.astype(np.float32) for part in parts])
+
+
+def _descriptors(kind, smiles, molecules, names):
+    values = descriptors_of(molecules, names)
+    if kind.startswith("rdkit2d-full"):
+        values = np.sign(values) * np.log1p(np.abs(values))
+    return values
+
+
+def _cached_descriptors(kind, smiles, molecules, names):
+    """_descriptors, kept in the cache (cache_root()/features) under a key of the molecules,
+    the kind, the names and RDKit's version: the seeds of one data set and the ranks of a node
+    compute them once (all of RDKit's descriptors take minutes on HIV). The first process of
+    a node computes, under a lock; the others wait, then read. Morgan counts are not kept:
+    they cost little to compute and much to store."""
+    described = kind.split("+")[0]  # rdkit2d+morgan's descriptors are rdkit2d's
+    key = digest([FEATURES_FORMAT, described, list(names), rdkit_version(), list(smiles)])
+    path = cache_root() / "features" / f"{described}-{key[:16]}.npy"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with node_lock(path.with_name(f".{path.name}.lock")):
+        try:
+            values = np.load(path)
+            log.info("read %d molecules' descriptors from %s", len(values), path)
+            return values
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError):  # a damaged file: computed again, and replaced
+            log.warning("%s: unreadable, computing its descriptors again", path)
+        values = _descriptors(kind, smiles, molecules, names)
+        atomic_write(path, lambda f: np.save(f, values))
+        log.info("computed %d molecules' descriptors into %s", len(values), path)
+        return values
 
 
 def _morgan_columns(count):

@@ -19,7 +19,6 @@ rebuilds it when either changed; one process per node builds, the others wait fo
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -35,7 +34,7 @@ from torch.utils.data import Dataset
 
 from ..ddp.distributed import available_cores, digest
 from ..ddp.errors import DataError
-from ..ddp.files import atomic_write_json
+from ..ddp.files import atomic_write_json, cache_root, node_lock
 from ..ddp.logs import log
 from .chem import canonical_of, descriptors_of, parsed_molecules
 from .datasets import collate_token_ids
@@ -329,14 +328,6 @@ def _merged(chunks, tokenizer, base_tokens):
 
 
 # ------------------------------------------------------------ the cache
-def cache_root():
-    """Where training runs keep the corpora they prepare from a CSV: $PARTORCH_CACHE, else
-    $XDG_CACHE_HOME/partorch, else ~/.cache/partorch. Safe to delete: the next run rebuilds."""
-    if os.environ.get("PARTORCH_CACHE"):
-        return Path(os.environ["PARTORCH_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
-
-
 def cached_folder(source, options, checksum=None):
     """The cache folder of `source` prepared with `options` (a new name when either changes)."""
     name = Path(source).name.removesuffix(".gz").removesuffix(".csv")
@@ -350,28 +341,9 @@ def ensure_prepared(source, options=PrepareOptions(), folder=None, workers=None)
     checksum = source_checksum(source)  # read once: a large CSV takes seconds to hash
     folder = Path(folder) if folder else cached_folder(source, options, checksum)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with _node_lock(folder.with_name(f".{folder.name}.lock")):
+    with node_lock(folder.with_name(f".{folder.name}.lock")):
         prepare(source, folder, options, workers, checksum)
     return folder
-
-
-@contextmanager
-def _node_lock(path, report_after=5.0):
-    with open(path, "a+") as handle:
-        started, reported = time.monotonic(), False
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not reported and time.monotonic() - started > report_after:
-                    log.info("waiting for another process preparing %s", path.name)
-                    reported = True
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ------------------------------------------------------------ reading

@@ -1,11 +1,17 @@
 """--extra-features' parts: features fitted on the training split only, saved and read back,
 carried through the datasets' batches, and read by the model's head."""
 
+import os
+import subprocess
+import sys
+
+from helpers import ROOT
 import numpy as np
 import pytest
 import torch
 
 from partorch import PartorchError
+from partorch.molecules import features as features_module
 from partorch.molecules.chem import DESCRIPTORS, all_descriptor_names, molecular_descriptors
 from partorch.molecules.datasets import smiles_dataset
 from partorch.molecules.features import MORGAN_BITS, MoleculeFeatures, features_from_dict
@@ -55,6 +61,58 @@ def test_full_descriptors_are_every_rdkit_descriptor_log_scaled_and_computed_by_
     older = MoleculeFeatures("rdkit2d-full", ["MolLogP", "Ipc"], [0.0, 0.0], [1.0, 1.0])
     expected = np.nan_to_num(raw[:, [names.index("MolLogP"), ipc]])  # mean 0, deviation 1
     assert np.allclose(older.compute(SMILES), expected, rtol=1e-5)
+
+
+def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch, tmp_path):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    computed = []
+    compute = features_module._descriptors
+    monkeypatch.setattr(
+        features_module,
+        "_descriptors",
+        lambda *args: computed.append(args[0]) or compute(*args),
+    )
+    first, raw = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2], cache=True)
+    again, raw_again = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
+    assert computed == ["rdkit2d+morgan"]  # the descriptors are the same: read back
+    assert np.allclose(raw_again, raw[:, : len(DESCRIPTORS)], rtol=1e-6, equal_nan=True)
+    assert np.allclose(again.mean, first.mean[: len(DESCRIPTORS)], rtol=1e-6)
+    MoleculeFeatures.fit("rdkit2d", SMILES[:-1], [0, 1, 2], cache=True)  # other molecules
+    MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2], cache=True)  # no descriptors to keep
+    assert computed == ["rdkit2d+morgan", "rdkit2d"]
+    files = sorted((tmp_path / "features").glob("*.npy"))
+    assert len(files) == 2  # one a list of molecules, none for Morgan counts
+    for path in files:
+        path.write_bytes(b"not an array")  # damaged: computed again, and replaced
+    _, repaired = MoleculeFeatures.fit("rdkit2d", SMILES[:-1], [0, 1, 2], cache=True)
+    assert computed[-1] == "rdkit2d" and len(computed) == 3
+    [replaced] = [path for path in files if path.read_bytes() != b"not an array"]
+    assert np.array_equal(np.load(replaced), repaired, equal_nan=True)
+
+
+FIT_ONCE = """
+import logging, sys
+from partorch.molecules.features import MoleculeFeatures
+logging.getLogger("partorch").addHandler(logging.StreamHandler(sys.stdout))
+logging.getLogger("partorch").setLevel(logging.INFO)
+MoleculeFeatures.fit("rdkit2d", sys.argv[1:], [0, 1], cache=True)
+"""
+
+
+def test_processes_of_one_node_compute_the_cached_descriptors_once(tmp_path):
+    env = {**os.environ, "PARTORCH_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", FIT_ONCE, *SMILES]
+    processes = [
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=120) for p in processes]
+    assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
+    stdouts = [out for out, _ in outputs]
+    assert sum("computed 6 molecules' descriptors" in out for out in stdouts) == 1, stdouts
+    assert sum("read 6 molecules' descriptors" in out for out in stdouts) == 2, stdouts
 
 
 def test_features_survive_their_json_and_a_foreign_one_is_refused():
