@@ -123,6 +123,26 @@ def run_script(args, nproc=None, timeout=240, env=None, cwd=ROOT, max_restarts=0
     )
 
 
+def python_at_once(code, args, env, copies=3, timeout=120):
+    """Start `copies` Python processes running `code` with `args` at once, as the ranks of a
+    node start (env added to ours, the project importable); the stdout of each, once all have
+    exited 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(copies)
+    ]
+    outputs = [p.communicate(timeout=timeout) for p in processes]
+    assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
+    return [out for out, _ in outputs]
+
+
 def final_lines(stdout, metric="ROC AUC"):
     return [line for line in stdout.splitlines() if line.startswith(f"Final test {metric}: ")]
 

@@ -1,11 +1,7 @@
 """--extra-features' parts: features fitted on the training split only, saved and read back,
 carried through the datasets' batches, and read by the model's head."""
 
-import os
-import subprocess
-import sys
-
-from helpers import ROOT
+from helpers import python_at_once
 import numpy as np
 import pytest
 import torch
@@ -100,17 +96,7 @@ MoleculeFeatures.fit("rdkit2d", sys.argv[1:], [0, 1], cache=True)
 
 
 def test_processes_of_one_node_compute_the_cached_descriptors_once(tmp_path):
-    env = {**os.environ, "PARTORCH_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", FIT_ONCE, *SMILES]
-    processes = [
-        subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        for _ in range(3)
-    ]
-    outputs = [p.communicate(timeout=120) for p in processes]
-    assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
-    stdouts = [out for out, _ in outputs]
+    stdouts = python_at_once(FIT_ONCE, SMILES, {"PARTORCH_CACHE": str(tmp_path)})
     assert sum("computed 6 molecules' descriptors" in out for out in stdouts) == 1, stdouts
     assert sum("read 6 molecules' descriptors" in out for out in stdouts) == 2, stdouts
 

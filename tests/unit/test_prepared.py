@@ -4,12 +4,9 @@ one process per node builds it while the others wait."""
 
 import gzip
 import json
-import os
 from pathlib import Path
-import subprocess
-import sys
 
-from helpers import ROOT
+from helpers import python_at_once
 import numpy as np
 import pandas as pd
 import pytest
@@ -195,20 +192,7 @@ print(ensure_prepared(sys.argv[1], PrepareOptions(label_columns=("p_np",)), work
 
 
 def test_processes_of_one_node_starting_together_build_the_corpus_once(bbbp_path, tmp_path):
-    env = {"PARTORCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", BUILD_ONCE, str(bbbp_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **env},
-        )
-        for _ in range(3)
-    ]
-    outputs = [p.communicate(timeout=120) for p in processes]
-    assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
-    stdouts = [out for out, _ in outputs]
+    stdouts = python_at_once(BUILD_ONCE, [bbbp_path], {"PARTORCH_CACHE": str(tmp_path / "cache")})
     assert sum("start-up: prepared" in out for out in stdouts) == 1, stdouts
     assert sum("is up to date" in out for out in stdouts) == 2, stdouts
     folders = {out.strip().splitlines()[-1] for out in stdouts}
