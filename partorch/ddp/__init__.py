@@ -8,7 +8,7 @@ of them imports a molecule part.
     data         the typed Batch, TrainingData, fixed-size feature datasets
     sampler      batch samplers that shard every global batch across ranks
     loaders      get_dataloader / get_ddp_dataloader
-    files        atomic writes
+    files        atomic writes, the cache folder, one builder per node (a file lock)
     checkpoint   snapshots and resume, the saved model folder
     preemption   SIGTERM: every rank stops after the same step
     run_dir      the run's output folder, agreed by every rank, with its config.yaml

@@ -17,11 +17,13 @@ The fitted features (kind, columns, statistics) are saved beside the model as
 extra_features.json, so that scripts/predict.py computes what the model was trained on.
 """
 
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+import multiprocessing
 
 import numpy as np
 
-from ..ddp.distributed import digest
+from ..ddp.distributed import available_cores, digest
 from ..ddp.errors import PartorchError
 from ..ddp.files import atomic_write, cache_root, node_lock
 from ..ddp.logs import log
@@ -44,6 +46,9 @@ FEATURE_KINDS = (
 )
 MORGAN_BITS = 2048
 FEATURES_FORMAT = "partorch-features-1"  # raises every cache key when the computation changes
+# Below this many molecules one process computes descriptors faster than starting a pool.
+POOL_MIN_MOLECULES = 5_000
+POOL_CHUNK = 1_000  # molecules per task sent to a pool process
 
 
 @dataclass
@@ -123,8 +128,10 @@ def raw_features(kind, smiles, names, cache=False):
     molecules = parsed_molecules(smiles)  # once, for both kinds
     parts = []
     if names:
-        describe = _cached_descriptors if cache else _descriptors
-        parts.append(describe(kind, smiles, molecules, names))
+        if cache:
+            parts.append(_cached_descriptors(kind, smiles, molecules, names))
+        else:
+            parts.append(_descriptors(kind, molecules, names))
     if "morgan" in kind:
         counts = fingerprints_of(molecules, bits=MORGAN_BITS, counts=True)
         parts.append(np.log1p(counts, dtype=np.float32).astype(np.float16))
@@ -133,11 +140,30 @@ def raw_features(kind, smiles, names, cache=False):
     return np.hstack([part.astype(np.float32) for part in parts])
 
 
-def _descriptors(kind, smiles, molecules, names):
+def _descriptors(kind, molecules, names):
     values = descriptors_of(molecules, names)
     if kind.startswith("rdkit2d-full"):
         values = np.sign(values) * np.log1p(np.abs(values))
     return values
+
+
+def _descriptors_of_smiles(kind, smiles, names):
+    return _descriptors(kind, parsed_molecules(smiles), names)
+
+
+def _descriptors_over_cores(kind, smiles, molecules, names):
+    """_descriptors, over a pool of the node's cores when there are enough molecules: the
+    process that builds the cache is the node's only one computing them (the other ranks
+    wait for it), and all of RDKit's descriptors cost about 7 ms a molecule."""
+    workers = min(available_cores(), -(-len(smiles) // POOL_CHUNK))
+    if len(smiles) < POOL_MIN_MOLECULES or workers < 2:
+        return _descriptors(kind, molecules, names)
+    chunks = [smiles[i : i + POOL_CHUNK] for i in range(0, len(smiles), POOL_CHUNK)]
+    repeat = [kind] * len(chunks), [names] * len(chunks)
+    # spawn, not fork: the caller holds threads (torch's, a process group's)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return np.concatenate(list(pool.map(_descriptors_of_smiles, repeat[0], chunks, repeat[1])))
 
 
 def _cached_descriptors(kind, smiles, molecules, names):
@@ -159,7 +185,7 @@ def _cached_descriptors(kind, smiles, molecules, names):
             pass
         except (OSError, ValueError):  # a damaged file: computed again, and replaced
             log.warning("%s: unreadable, computing its descriptors again", path)
-        values = _descriptors(kind, smiles, molecules, names)
+        values = _descriptors_over_cores(kind, smiles, molecules, names)
         atomic_write(path, lambda f: np.save(f, values))
         log.info("computed %d molecules' descriptors into %s", len(values), path)
         return values

@@ -62,10 +62,10 @@ def test_full_descriptors_are_every_rdkit_descriptor_log_scaled_and_computed_by_
 def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch, tmp_path):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
     computed = []
-    compute = features_module._descriptors
+    compute = features_module._descriptors_over_cores
     monkeypatch.setattr(
         features_module,
-        "_descriptors",
+        "_descriptors_over_cores",
         lambda *args: computed.append(args[0]) or compute(*args),
     )
     first, raw = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2], cache=True)
@@ -84,6 +84,18 @@ def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch
     assert computed[-1] == "rdkit2d" and len(computed) == 3
     [replaced] = [path for path in files if path.read_bytes() != b"not an array"]
     assert np.array_equal(np.load(replaced), repaired, equal_nan=True)
+
+
+def test_a_pool_of_processes_computes_the_same_descriptors(monkeypatch):
+    smiles = SMILES * 4
+    monkeypatch.setattr(features_module, "POOL_MIN_MOLECULES", 0)
+    monkeypatch.setattr(features_module, "POOL_CHUNK", 5)  # 5 tasks, the last of 4 molecules
+    monkeypatch.setattr(features_module, "available_cores", lambda: 2)
+    names = ["MolLogP", "Ipc", "TPSA"]
+    pooled = features_module._descriptors_over_cores("rdkit2d-full", smiles, None, names)
+    alone = features_module._descriptors_of_smiles("rdkit2d-full", smiles, names)
+    assert pooled.shape == (len(smiles), 3)
+    assert np.array_equal(pooled, alone, equal_nan=True) and np.isnan(pooled[4]).all()
 
 
 FIT_ONCE = """
