@@ -239,3 +239,16 @@ def test_the_objective_comparison_pretrains_and_fine_tunes_on_a_tiny_setting(
     assert sorted(rows) == ["descriptors", "scratch"]
     assert all(len(row["dev"]) == 1 and 0 < row["dev"][0] <= 1 for row in rows.values())
     assert "| start | dev ROC AUC | test ROC AUC | seconds a run |" in result.stdout
+
+
+def test_the_features_benchmark_times_every_kind_the_pool_and_the_cache(bbbp_subset):
+    result = run_script(
+        [BENCHMARKS / "features.py", bbbp_subset, "--molecules", "40", "--repeats", "1"]
+        + ["--pool-min", "0"],
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
+    kinds = [line.split(" | ")[0].strip("| ") for line in result.stdout.splitlines()[3:8]]
+    assert kinds == ["rdkit2d", "morgan", "rdkit2d+morgan", "rdkit2d-full", "rdkit2d-full+morgan"]
+    assert "bbbp300.csv: 40 molecules" in result.stdout
+    assert "; a pool of the cores " in result.stdout and "; read from the cache " in result.stdout
