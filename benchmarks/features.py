@@ -36,6 +36,7 @@ def median_seconds(work, repeats):
 def one_process_rows(smiles, repeats):
     """(kind, seconds, microseconds a molecule) for each kind, computed in this process."""
     rows = []
+    pool_min, features.POOL_MIN_MOLECULES = features.POOL_MIN_MOLECULES, float("inf")
     for kind in features.FEATURE_KINDS[1:]:  # once untimed: RDKit's first calls set up tables
         features.raw_features(kind, smiles[:20], features.descriptor_names(kind))
     for kind in features.FEATURE_KINDS[1:]:
@@ -43,6 +44,7 @@ def one_process_rows(smiles, repeats):
         compute = partial(features.raw_features, kind, smiles, names)
         seconds, _ = median_seconds(compute, repeats)
         rows.append((kind, seconds, seconds / len(smiles) * 1e6))
+    features.POOL_MIN_MOLECULES = pool_min
     return rows
 
 
@@ -52,14 +54,14 @@ def pool_and_cache_rows(smiles, repeats):
     molecules = parsed_molecules(smiles)
     alone, expected = median_seconds(lambda: features._descriptors(kind, molecules, names), repeats)
     pooled, values = median_seconds(
-        lambda: features._descriptors_over_cores(kind, smiles, molecules, names), repeats
+        lambda: features._descriptors_over_cores(kind, smiles, names, lambda: molecules), repeats
     )
     assert np.array_equal(values, expected, equal_nan=True), "the pool computed other values"
     with tempfile.TemporaryDirectory() as cache:
         os.environ["PARTORCH_CACHE"] = cache
-        features._cached_descriptors(kind, smiles, molecules, names)  # computed, then kept
+        features._cached_descriptors(kind, smiles, names, None)  # computed, then kept
         read, _ = median_seconds(
-            lambda: features._cached_descriptors(kind, smiles, molecules, names), repeats
+            lambda: features._cached_descriptors(kind, smiles, names, None), repeats
         )
     return alone, pooled, read
 
@@ -76,8 +78,14 @@ def main():
         default=features.POOL_MIN_MOLECULES,
         help="molecules from which a pool computes (default: what training runs use)",
     )
+    parser.add_argument(
+        "--pool-chunk",
+        type=int,
+        default=features.POOL_CHUNK,
+        help="molecules a pool task computes (default: what training runs use)",
+    )
     args = parser.parse_args()
-    features.POOL_MIN_MOLECULES = args.pool_min
+    features.POOL_MIN_MOLECULES, features.POOL_CHUNK = args.pool_min, args.pool_chunk
     column = pd.read_csv(args.csv, usecols=[args.smiles_column], nrows=args.molecules)
     smiles = column[args.smiles_column].astype(str).tolist()
     print(
@@ -89,7 +97,8 @@ def main():
     for kind, seconds, micro in one_process_rows(smiles, args.repeats):
         print(f"| {kind} | {seconds:.2f} | {micro:,.0f} |")
     alone, pooled, read = pool_and_cache_rows(smiles, args.repeats)
-    pool = "a pool of the cores" if len(smiles) >= args.pool_min else "no pool (too few)"
+    workers = features.pool_workers(len(smiles))
+    pool = f"a pool of {workers} processes" if workers > 1 else "no pool (too few molecules)"
     print(
         f"rdkit2d-full descriptors: one process {alone:.2f} s; {pool} {pooled:.2f} s "
         f"({alone / pooled:.2f}x); read from the cache {read:.3f} s ({alone / read:,.0f}x)"

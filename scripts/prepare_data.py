@@ -12,7 +12,7 @@ counts and the rows skipped with the reason. It is written beside its place and 
 it, so a reader never meets half of one; running the command again reuses it when the source
 and the options are unchanged and rebuilds it otherwise. RDKit's canonical SMILES are computed
 by a pool of processes, one a core. A training script given a CSV prepares it itself, once, in
-its cache folder (see partorch.molecules.prepared.cache_root).
+its cache folder (see partorch.ddp.files.cache_root).
 """
 
 import os

@@ -5,8 +5,9 @@ as chemprop's feature generators add them to its graph encoding.
              split's mean and deviation; a descriptor RDKit cannot compute becomes that mean (0)
     rdkit2d-full  every 2D descriptor of the installed RDKit (217, as chemprop's rdkit_2d
              generator reads about 200), each as sign(x) log(1 + |x|) and then standardised as
-             rdkit2d: some span 30 orders of magnitude (Ipc). About 30 times rdkit2d's cost
-             (7 ms a molecule on one core here; every rank computes them all)
+             rdkit2d: some span 30 orders of magnitude (Ipc). Many times rdkit2d's cost
+             (benchmarks/features.py): computed once per node and data set, over a pool of
+             the node's cores, and kept in the cache for the next run
     morgan   Morgan counts (radius 2, 2048 bits) as log(1 + count): most bits are rare, and
              standardising one seen twice in training would turn a test molecule's into a
              large number
@@ -19,6 +20,7 @@ extra_features.json, so that scripts/predict.py computes what the model was trai
 
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import cache as cache_result
 import multiprocessing
 
 import numpy as np
@@ -48,7 +50,9 @@ MORGAN_BITS = 2048
 FEATURES_FORMAT = "partorch-features-1"  # raises every cache key when the computation changes
 # Below this many molecules one process computes descriptors faster than starting a pool.
 POOL_MIN_MOLECULES = 5_000
-POOL_CHUNK = 1_000  # molecules per task sent to a pool process
+# Molecules per task sent to a pool process: seconds of work against the milliseconds of
+# sending a chunk, and enough tasks on HIV (41) to keep 16 processes busy to the end.
+POOL_CHUNK = 1_000
 
 
 @dataclass
@@ -103,7 +107,9 @@ class MoleculeFeatures:
         if described:
             mean, std = np.asarray(self.mean[:described]), np.asarray(self.std[:described])
             scaled = (raw[:, :described].astype(np.float64) - mean) / std
-            values[:, :described] = np.nan_to_num(scaled, nan=0.0)
+            # a molecule far out on a descriptor nearly constant in training would pass
+            # float16's 65,504 and reach the network as inf
+            values[:, :described] = np.clip(np.nan_to_num(scaled, nan=0.0), -1e4, 1e4)
         return values
 
     def to_dict(self):
@@ -124,16 +130,16 @@ def raw_features(kind, smiles, names, cache=False):
     """[molecules, columns] of `kind` with the descriptors `names`: descriptors in float64 (NaN
     where RDKit cannot compute one), Morgan log counts in float16, both together in float32.
     With `cache`, the descriptors come from the cache (see _cached_descriptors)."""
-    descriptor_names(kind)  # a known kind
-    molecules = parsed_molecules(smiles)  # once, for both kinds
+    descriptor_names(kind)  # an unknown kind stops here, with the choices
+    # parsed once, if at all: not for descriptors read from the cache or computed by a pool
+    parsed = cache_result(lambda: parsed_molecules(smiles))
     parts = []
-    if names:
-        if cache:
-            parts.append(_cached_descriptors(kind, smiles, molecules, names))
-        else:
-            parts.append(_descriptors(kind, molecules, names))
+    if names and cache:
+        parts.append(_cached_descriptors(kind, smiles, names, parsed))
+    elif names:
+        parts.append(_descriptors_over_cores(kind, smiles, names, parsed))
     if "morgan" in kind:
-        counts = fingerprints_of(molecules, bits=MORGAN_BITS, counts=True)
+        counts = fingerprints_of(parsed(), bits=MORGAN_BITS, counts=True)
         parts.append(np.log1p(counts, dtype=np.float32).astype(np.float16))
     if len(parts) == 1:
         return parts[0]
@@ -141,6 +147,7 @@ def raw_features(kind, smiles, names, cache=False):
 
 
 def _descriptors(kind, molecules, names):
+    """The descriptors `names` of each molecule, log-scaled for rdkit2d-full."""
     values = descriptors_of(molecules, names)
     if kind.startswith("rdkit2d-full"):
         values = np.sign(values) * np.log1p(np.abs(values))
@@ -151,13 +158,21 @@ def _descriptors_of_smiles(kind, smiles, names):
     return _descriptors(kind, parsed_molecules(smiles), names)
 
 
-def _descriptors_over_cores(kind, smiles, molecules, names):
-    """_descriptors, over a pool of the node's cores when there are enough molecules: the
-    process that builds the cache is the node's only one computing them (the other ranks
-    wait for it), and all of RDKit's descriptors cost about 7 ms a molecule."""
-    workers = min(available_cores(), -(-len(smiles) // POOL_CHUNK))
-    if len(smiles) < POOL_MIN_MOLECULES or workers < 2:
-        return _descriptors(kind, molecules, names)
+def pool_workers(molecules):
+    """How many processes compute the descriptors of `molecules` molecules (1: this one).
+    At most 16: each starts by importing torch (about 300 MB and 4 s)."""
+    if molecules < POOL_MIN_MOLECULES:
+        return 1
+    return max(1, min(available_cores(), 16, -(-molecules // POOL_CHUNK)))
+
+
+def _descriptors_over_cores(kind, smiles, names, parsed):
+    """_descriptors, over a pool of the node's cores when there are enough molecules: with the
+    cache, one process of the node computes them while the others wait, and all of RDKit's
+    descriptors cost about 7 ms a molecule."""
+    workers = pool_workers(len(smiles))
+    if workers == 1:
+        return _descriptors(kind, parsed(), names)
     chunks = [smiles[i : i + POOL_CHUNK] for i in range(0, len(smiles), POOL_CHUNK)]
     repeat = [kind] * len(chunks), [names] * len(chunks)
     # spawn, not fork: the caller holds threads (torch's, a process group's)
@@ -166,29 +181,44 @@ def _descriptors_over_cores(kind, smiles, molecules, names):
         return np.concatenate(list(pool.map(_descriptors_of_smiles, repeat[0], chunks, repeat[1])))
 
 
-def _cached_descriptors(kind, smiles, molecules, names):
+def _cached_descriptors(kind, smiles, names, parsed):
     """_descriptors, kept in the cache (cache_root()/features) under a key of the molecules,
     the kind, the names and RDKit's version: the seeds of one data set and the ranks of a node
-    compute them once (all of RDKit's descriptors take minutes on HIV). The first process of
-    a node computes, under a lock; the others wait, then read. Morgan counts are not kept:
-    they cost little to compute and much to store."""
+    compute them once (all of RDKit's descriptors take minutes on HIV). Whichever process of
+    the node takes the lock first computes; the others wait, then read. Morgan counts are not
+    kept: they cost little to compute and much to store."""
     described = kind.split("+")[0]  # rdkit2d+morgan's descriptors are rdkit2d's
     key = digest([FEATURES_FORMAT, described, list(names), rdkit_version(), list(smiles)])
     path = cache_root() / "features" / f"{described}-{key[:16]}.npy"
     path.parent.mkdir(parents=True, exist_ok=True)
     with node_lock(path.with_name(f".{path.name}.lock")):
-        try:
-            values = np.load(path)
-            log.info("read %d molecules' descriptors from %s", len(values), path)
+        values = _read_cached(path, (len(smiles), len(names)))
+        if values is not None:
             return values
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError):  # a damaged file: computed again, and replaced
-            log.warning("%s: unreadable, computing its descriptors again", path)
-        values = _descriptors_over_cores(kind, smiles, molecules, names)
-        atomic_write(path, lambda f: np.save(f, values))
-        log.info("computed %d molecules' descriptors into %s", len(values), path)
+        values = _descriptors_over_cores(kind, smiles, names, parsed)
+        try:
+            atomic_write(path, lambda f: np.save(f, values))
+            log.info("computed %d molecules' descriptors into %s", len(values), path)
+        except OSError as exc:  # a full disk or a read-only home: this run has its values
+            log.warning("could not keep the descriptors in the cache: %s", exc)
         return values
+
+
+def _read_cached(path, shape):
+    """The array kept at `path`, or None where there is none or it is damaged (then it is
+    computed again and replaced)."""
+    try:
+        values = np.load(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, EOFError):
+        log.warning("%s: unreadable, computing its descriptors again", path)
+        return None
+    if values.shape != shape:
+        log.warning("%s: holds %s values, not %s; computing them again", path, values.shape, shape)
+        return None
+    log.info("read %d molecules' descriptors from %s", len(values), path)
+    return values
 
 
 def _morgan_columns(count):

@@ -78,12 +78,37 @@ def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch
     assert computed == ["rdkit2d+morgan", "rdkit2d"]
     files = sorted((tmp_path / "features").glob("*.npy"))
     assert len(files) == 2  # one a list of molecules, none for Morgan counts
-    for path in files:
-        path.write_bytes(b"not an array")  # damaged: computed again, and replaced
-    _, repaired = MoleculeFeatures.fit("rdkit2d", SMILES[:-1], [0, 1, 2], cache=True)
-    assert computed[-1] == "rdkit2d" and len(computed) == 3
-    [replaced] = [path for path in files if path.read_bytes() != b"not an array"]
-    assert np.array_equal(np.load(replaced), repaired, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"", b"not an array", "wrong shape"],
+    ids=["empty", "not an array", "wrong shape"],
+)
+def test_a_damaged_cache_file_is_computed_again_and_replaced(monkeypatch, tmp_path, damage):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    _, raw = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
+    [path] = (tmp_path / "features").glob("*.npy")
+    if damage == "wrong shape":
+        np.save(path, raw[:-1])
+    else:
+        path.write_bytes(damage)
+    _, again = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
+    assert np.array_equal(again, raw, equal_nan=True)
+    assert np.array_equal(np.load(path), raw, equal_nan=True)
+
+
+def test_a_cache_that_cannot_be_written_costs_the_run_nothing(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+
+    def full_disk(path, write):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(features_module, "atomic_write", full_disk)
+    with caplog.at_level("WARNING", logger="partorch"):
+        features, raw = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
+    assert raw.shape == (len(SMILES), len(DESCRIPTORS)) and len(features) == len(DESCRIPTORS)
+    assert "could not keep the descriptors in the cache" in caplog.text
 
 
 def test_a_pool_of_processes_computes_the_same_descriptors(monkeypatch):
@@ -92,7 +117,8 @@ def test_a_pool_of_processes_computes_the_same_descriptors(monkeypatch):
     monkeypatch.setattr(features_module, "POOL_CHUNK", 5)  # 5 tasks, the last of 4 molecules
     monkeypatch.setattr(features_module, "available_cores", lambda: 2)
     names = ["MolLogP", "Ipc", "TPSA"]
-    pooled = features_module._descriptors_over_cores("rdkit2d-full", smiles, None, names)
+    assert features_module.pool_workers(len(smiles)) == 2
+    pooled = features_module._descriptors_over_cores("rdkit2d-full", smiles, names, None)
     alone = features_module._descriptors_of_smiles("rdkit2d-full", smiles, names)
     assert pooled.shape == (len(smiles), 3)
     assert np.array_equal(pooled, alone, equal_nan=True) and np.isnan(pooled[4]).all()
