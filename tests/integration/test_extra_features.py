@@ -97,7 +97,7 @@ def test_preset_accurate_fine_tunes_the_shipped_encoder(kind, bbbp_subset, tmp_p
     assert len(final_lines(result.stdout, metric)) == 1
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["preset"] == "accurate" and config["augment"] and config["patience"] == 20
-    assert config["extra-features"] == "rdkit2d+morgan"
+    assert config["extra-features"] == "rdkit2d-full+morgan"
     assert config["epochs"] == 1  # the command line's
     assert config["init-from"] == str(ROOT / "models" / "moses_descriptors")
     model = json.loads((out / "hparams.json").read_text())["model"]

@@ -95,7 +95,7 @@ def test_help_lists_each_preset_and_what_it_sets(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--preset {quick,accurate}" in text and "quick: the defaults" in text
     assert (
-        "accurate: --init-from models/moses_descriptors --extra-features rdkit2d+morgan "
+        "accurate: --init-from models/moses_descriptors --extra-features rdkit2d-full+morgan "
         "--augment --epochs 100 --patience 20" in text
     )
 
