@@ -1,7 +1,7 @@
 """--extra-features and --preset for real: a run under torchrun saves its fitted features
 beside the model and scripts/predict.py computes the same ones (it reproduces the run's own test
 ROC AUC); --preset accurate fine-tunes the shipped encoder, for classification and regression,
-and its config.yaml says what it set."""
+and its config.yaml says what it set; predict.py reproduces its test score too."""
 
 import json
 
@@ -103,3 +103,8 @@ def test_preset_accurate_fine_tunes_the_shipped_encoder(kind, bbbp_subset, tmp_p
     model = json.loads((out / "hparams.json").read_text())["model"]
     shipped = json.loads((ROOT / "models" / "moses_descriptors" / "hparams.json").read_text())
     assert model["d_model"] == shipped["model"]["d_model"]  # the encoder's sizes, not the flags'
+    if kind == "classification":  # all of RDKit's descriptors, computed again by predict.py
+        frame, path = _test_rows(out, data, tmp_path)
+        predicted = _predict(out, path, tmp_path / "p.csv")
+        own = json.loads((out / "metrics.json").read_text())["test_roc_auc"]
+        assert roc_auc_score(frame["p_np"], predicted) == pytest.approx(own, abs=1e-6)
