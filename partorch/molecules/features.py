@@ -5,7 +5,7 @@ as chemprop's feature generators add them to its graph encoding.
              split's mean and deviation; a descriptor RDKit cannot compute becomes that mean (0)
     rdkit2d-full  every 2D descriptor of the installed RDKit (217, as chemprop's rdkit_2d
              generator reads about 200), each as sign(x) log(1 + |x|) and then standardised as
-             rdkit2d: some span 30 orders of magnitude (Ipc). Many times rdkit2d's cost
+             rdkit2d: some span 30 orders of magnitude (Ipc). 12 times rdkit2d's cost
              (benchmarks/features.py): computed once per node and data set, over a pool of
              the node's cores, and kept in the cache for the next run
     morgan   Morgan counts (radius 2, 2048 bits) as log(1 + count): most bits are rare, and
@@ -160,7 +160,7 @@ def _descriptors_of_smiles(kind, smiles, names):
 
 def pool_workers(molecules):
     """How many processes compute the descriptors of `molecules` molecules (1: this one).
-    At most 16: each starts by importing torch (about 300 MB and 4 s)."""
+    At most 16: each starts by importing torch, seconds and hundreds of MB."""
     if molecules < POOL_MIN_MOLECULES:
         return 1
     return max(1, min(available_cores(), 16, -(-molecules // POOL_CHUNK)))
@@ -169,7 +169,7 @@ def pool_workers(molecules):
 def _descriptors_over_cores(kind, smiles, names, parsed):
     """_descriptors, over a pool of the node's cores when there are enough molecules: with the
     cache, one process of the node computes them while the others wait, and all of RDKit's
-    descriptors cost about 7 ms a molecule."""
+    descriptors cost about 10 ms a molecule (benchmarks/features.py)."""
     workers = pool_workers(len(smiles))
     if workers == 1:
         return _descriptors(kind, parsed(), names)

@@ -113,7 +113,7 @@ def add_molecule_flags(data, model=None):
         default="none",
         help="computed features the head reads beside the SMILES encoding: rdkit2d (15 RDKit "
         "2D descriptors, standardised on the training split), rdkit2d-full (all of RDKit's "
-        "2D descriptors, about 200, log-scaled, then standardised; 30 times the cost), morgan "
+        "2D descriptors, about 200, log-scaled, then standardised; 12 times the cost), morgan "
         "(log counts of 2048 Morgan environments, radius 2), or rdkit2d+morgan, "
         "rdkit2d-full+morgan (both); saved with the model for scripts/predict.py",
     )
