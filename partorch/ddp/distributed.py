@@ -6,8 +6,10 @@ The script itself calls `init_process_group`, `all_reduce`, `broadcast`,
 read at once and hides none of those steps.
 """
 
+from concurrent.futures import ProcessPoolExecutor
 import hashlib
 import json
+import multiprocessing
 import os
 import threading
 import time
@@ -26,6 +28,15 @@ class DistributedError(PartorchError):
 
 def available_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def map_in_processes(function, *iterables, workers):
+    """function(*items) over the iterables zipped, in order, in a pool of `workers` processes,
+    yielded as they come. Spawned, not forked: the caller may hold threads (torch's, a process
+    group's), which a fork would copy mid-lock."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        yield from pool.map(function, *iterables)
 
 
 def unique_memory_bytes():

@@ -18,14 +18,12 @@ The fitted features (kind, columns, statistics) are saved beside the model as
 extra_features.json, so that scripts/predict.py computes what the model was trained on.
 """
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache as cache_result
-import multiprocessing
 
 import numpy as np
 
-from ..ddp.distributed import available_cores, digest
+from ..ddp.distributed import available_cores, digest, map_in_processes
 from ..ddp.errors import PartorchError
 from ..ddp.files import atomic_write, cache_root, node_lock
 from ..ddp.logs import log
@@ -175,10 +173,8 @@ def _descriptors_over_cores(kind, smiles, names, parsed):
         return _descriptors(kind, parsed(), names)
     chunks = [smiles[i : i + POOL_CHUNK] for i in range(0, len(smiles), POOL_CHUNK)]
     repeat = [kind] * len(chunks), [names] * len(chunks)
-    # spawn, not fork: the caller holds threads (torch's, a process group's)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return np.concatenate(list(pool.map(_descriptors_of_smiles, repeat[0], chunks, repeat[1])))
+    parts = map_in_processes(_descriptors_of_smiles, repeat[0], chunks, repeat[1], workers=workers)
+    return np.concatenate(list(parts))
 
 
 def _cached_descriptors(kind, smiles, names, parsed):

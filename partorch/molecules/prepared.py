@@ -16,12 +16,10 @@ or none. `ensure_prepared` reuses a folder whose source checksum and options mat
 rebuilds it when either changed; one process per node builds, the others wait for it.
 """
 
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 import hashlib
 import json
-import multiprocessing
 import os
 from pathlib import Path
 import shutil
@@ -32,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..ddp.distributed import available_cores, digest
+from ..ddp.distributed import available_cores, digest, map_in_processes
 from ..ddp.errors import DataError
 from ..ddp.files import atomic_write_json, cache_root, node_lock
 from ..ddp.logs import log
@@ -257,12 +255,11 @@ def _in_chunks(smiles, options, workers):
                 _advance(bar, _tokenized_chunk(chunk, canonical, options.descriptors))
                 for chunk in chunks
             ]
-        # spawn, not fork: the caller may hold threads (torch's, a process group's)
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
-            repeat = [canonical] * len(chunks), [options.descriptors] * len(chunks)
-            results = pool.map(_tokenized_chunk, chunks, *repeat)
-            return [_advance(bar, result) for result in results]
+        repeat = [canonical] * len(chunks), [options.descriptors] * len(chunks)
+        results = map_in_processes(
+            _tokenized_chunk, chunks, *repeat, workers=min(workers, len(chunks))
+        )
+        return [_advance(bar, result) for result in results]
 
 
 def _tokenized_chunk(smiles, canonical, descriptors=()):
