@@ -2,7 +2,7 @@
 either the old file or the new one, never half of one. And the cache that runs share: its
 folder, and the lock that lets one process of a node build what the others then read."""
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 import errno
 import fcntl
 import glob
@@ -86,6 +86,48 @@ def cache_root():
     if os.environ.get("PARTORCH_CACHE"):
         return Path(os.environ["PARTORCH_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
+
+
+def kept_in_cache(path, compute, *, save, load, fits, what):
+    """compute(), kept at `path` for later runs: whichever process of the node takes the lock
+    first computes and writes; the others wait, then read. save(value, file) writes, load(path)
+    reads, fits(value) says whether what was read is whole (a damaged file, or one of another
+    size, is computed again and replaced). A cache that cannot be written or locked (a full
+    disk, a read-only home) costs the run nothing but the time. `what` names the value in
+    the log."""
+    with ExitStack() as locked:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            locked.enter_context(node_lock(path.with_name(f".{path.name}.lock")))
+        except OSError as exc:
+            log.warning("could not use the cache for %s: %s", what, exc)
+            return compute()
+        value = _load_kept(path, load, fits, what)
+        if value is not None:
+            log.info("read %s from %s", what, path)
+            return value
+        value = compute()
+        try:
+            atomic_write(path, lambda f: save(value, f))
+            log.info("computed %s into %s", what, path)
+        except OSError as exc:
+            log.warning("could not keep %s in the cache: %s", what, exc)
+        return value
+
+
+def _load_kept(path, load, fits, what):
+    """What `path` holds, or None where there is none or it is damaged."""
+    try:
+        value = load(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, EOFError) as exc:
+        log.warning("%s: unreadable (%s), computing %s again", path, exc, what)
+        return None
+    if not fits(value):
+        log.warning("%s: not %s, computing them again", path, what)
+        return None
+    return value
 
 
 @contextmanager

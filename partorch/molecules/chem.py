@@ -41,19 +41,13 @@ def canonical_of(molecules):
     return [None if mol is None else Chem.MolToSmiles(mol) for mol in molecules]
 
 
-def scaffold_groups(smiles):
-    """Indices grouped by Bemis-Murcko scaffold (without stereo), largest group
-    first; among equal sizes the group whose first molecule comes later goes
-    first. This is DeepChem's order, so that its scaffold split is reproduced."""
+def scaffold_smiles(smiles):
+    """Each molecule's Bemis-Murcko scaffold, without stereo, as SMILES ("" for one with no
+    ring). Every SMILES must parse."""
     Chem = _rdkit()
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    groups = {}
-    for i, s in enumerate(smiles):
-        groups.setdefault(
-            MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)), []
-        ).append(i)
-    return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
+    return [MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)) for s in smiles]
 
 
 def morgan_fingerprints(smiles, radius=2, bits=2048, counts=False):

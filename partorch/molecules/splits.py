@@ -6,7 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ddp.errors import DataError
-from .chem import scaffold_groups
+from .cached import cached_strings
+from .chem import scaffold_smiles
 
 DEFAULT_SIZES = (0.72, 0.18, 0.10)  # the tutorial's: 10 % test, then 20 % of the rest dev
 SPLITS = ("stratified", "random", "scaffold", "scaffold_balanced")
@@ -115,6 +116,17 @@ def _random_split(count, seed, sizes, stratify):
     except ValueError as exc:
         raise DataError(f"cannot split {count} molecules: {exc}") from None
     return Splits(np.sort(train), np.sort(dev), np.sort(test))
+
+
+def scaffold_groups(smiles):
+    """Indices grouped by Bemis-Murcko scaffold (without stereo), largest group first; among
+    equal sizes the group whose first molecule comes later goes first. This is DeepChem's
+    order, so that its scaffold split is reproduced. The scaffolds come from the cache after
+    the first run (see cached_strings)."""
+    groups = {}
+    for i, scaffold in enumerate(cached_strings("scaffolds", scaffold_smiles, smiles)):
+        groups.setdefault(scaffold, []).append(i)
+    return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 
 
 def _balanced_order(groups, count, sizes, seed):

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from ..ddp.errors import DataError
 from ..ddp.logs import log
+from .cached import cached_strings
 from .chem import canonical_smiles
 
 SMILES_FORMS = ("canonical", "raw")
@@ -250,7 +251,12 @@ def validate_frame(frame, path, smiles_column, label_columns, strict):
 def _parsed(table, strict, canonical):
     what = "canonical SMILES" if canonical else "parsed SMILES"
     with timed(f"{what} for {len(table.smiles):,} molecules"):
-        written = with_progress(canonical_smiles, table.smiles, what)
+        # the canonical form also says which rows parse: one cached computation for both
+        written = cached_strings(
+            "canonical SMILES",
+            lambda smiles: with_progress(canonical_smiles, smiles, what),
+            table.smiles,
+        )
     bad = [i for i, s in enumerate(written) if s is None]
     if bad and strict:
         raise DataError(

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partorch.molecules.chem import canonical_smiles, morgan_fingerprints, scaffold_groups
-from partorch.molecules.splits import split_indices
+from partorch.molecules.chem import canonical_smiles, morgan_fingerprints
+from partorch.molecules.splits import scaffold_groups, split_indices
 from partorch.molecules.table import read_molecule_csv
 from partorch.molecules.tokenizer import split_smiles
 

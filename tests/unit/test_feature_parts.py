@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from partorch import PartorchError
+from partorch.ddp import files
 from partorch.molecules import features as features_module
 from partorch.molecules.chem import DESCRIPTORS, all_descriptor_names, molecular_descriptors
 from partorch.molecules.datasets import smiles_dataset
@@ -80,6 +81,28 @@ def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch
     assert len(files) == 2  # one a list of molecules, none for Morgan counts
 
 
+def test_cached_morgan_counts_are_the_computed_ones_read_back(monkeypatch, tmp_path):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    computed = []
+    fingerprints = features_module.fingerprints_of
+    monkeypatch.setattr(
+        features_module,
+        "fingerprints_of",
+        lambda *args, **kwargs: computed.append(1) or fingerprints(*args, **kwargs),
+    )
+    plain = MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2])[1]
+    first = MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2], cache=True)[1]
+    again = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2], cache=True)[1]
+    assert len(computed) == 2  # without the cache, then once into it
+    assert first.dtype == plain.dtype == np.float16 and np.array_equal(first, plain)
+    assert np.array_equal(again[:, len(DESCRIPTORS) :], plain)
+    [path] = (tmp_path / "features").glob("morgan-*.npz")
+    assert path.stat().st_size < plain.nbytes / 10  # the non-zero counts only
+    path.write_bytes(path.read_bytes()[:100])  # cut short
+    assert np.array_equal(MoleculeFeatures.fit("morgan", SMILES, [0], cache=True)[1], plain)
+    assert len(computed) == 3 and np.load(path)["starts"].shape == (len(SMILES) + 1,)
+
+
 @pytest.mark.parametrize(
     "damage",
     [b"", b"not an array", "wrong shape"],
@@ -104,11 +127,11 @@ def test_a_cache_that_cannot_be_written_costs_the_run_nothing(monkeypatch, tmp_p
     def full_disk(path, write):
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(features_module, "atomic_write", full_disk)
+    monkeypatch.setattr(files, "atomic_write", full_disk)
     with caplog.at_level("WARNING", logger="partorch"):
         features, raw = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
     assert raw.shape == (len(SMILES), len(DESCRIPTORS)) and len(features) == len(DESCRIPTORS)
-    assert "could not keep the descriptors in the cache" in caplog.text
+    assert "could not keep 6 molecules' descriptors in the cache" in caplog.text
 
 
 def test_a_pool_of_processes_computes_the_same_descriptors(monkeypatch):

@@ -4,12 +4,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partorch.molecules.chem import canonical_smiles, scaffold_groups
+from partorch.molecules.chem import canonical_smiles
 from partorch.molecules.splits import (
     Splits,
     describe_split,
     parse_sizes,
     repeats_across_parts,
+    scaffold_groups,
     split_indices,
     split_molecules,
 )

@@ -102,8 +102,10 @@ def test_quiet_console_draws_no_bar(monkeypatch):
     assert not table.shows_progress(10**6)
 
 
-def test_molecule_data_draws_the_bar_and_keeps_its_digests(monkeypatch, small_csv):
+def test_molecule_data_draws_the_bar_and_keeps_its_digests(monkeypatch, small_csv, tmp_path):
     without = molecule_data(small_csv).digests
+    # an empty cache: the canonical SMILES are computed again, under the bar
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path / "empty cache"))
     terminal = on_terminal(monkeypatch)
     monkeypatch.setattr(table, "PROGRESS_MIN_MOLECULES", 100)
     monkeypatch.setattr(table, "PROGRESS_CHUNK", 64)

@@ -1,0 +1,103 @@
+"""What RDKit writes per molecule (canonical SMILES, scaffolds) is computed once and read back
+by later runs and the other processes of a node; a damaged or unwritable cache costs only time."""
+
+from helpers import python_at_once
+import pytest
+
+from partorch.molecules import cached as cached_module
+from partorch.molecules.cached import cached_strings
+from partorch.molecules.chem import canonical_smiles, scaffold_smiles
+from partorch.molecules.splits import scaffold_groups
+from partorch.molecules.table import read_molecule_csv
+
+SMILES = ["OCC", "c1ccccc1O", "C1=CC=CC=C1O", "not a molecule", "CC(=O)Nc1ccc(O)cc1"]
+
+
+def counting(function, calls):
+    def counted(smiles):
+        calls.append(list(smiles))
+        return function(smiles)
+
+    return counted
+
+
+def test_strings_are_computed_once_per_molecules_and_name(monkeypatch, tmp_path):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    calls = []
+    first = cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
+    again = cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
+    assert first == again == canonical_smiles(SMILES) and first[3] is None
+    assert calls == [SMILES]
+    cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES[:2])
+    cached_strings("scaffolds", counting(scaffold_smiles, calls), SMILES[:2])
+    assert calls == [SMILES, SMILES[:2], SMILES[:2]]  # other molecules, another name
+    assert len(list((tmp_path / "molecules").glob("*.json"))) == 3
+
+
+def test_the_key_holds_rdkit_s_version(monkeypatch, tmp_path):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    calls = []
+    cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
+    monkeypatch.setattr(cached_module, "rdkit_version", lambda: "1999.01.1")
+    cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
+    assert len(calls) == 2  # another RDKit may write other canonical SMILES
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["", "not json", "[]", '["CCO"', "[1, 2, 3, 4, 5]"],
+    ids=["empty", "not json", "too few", "cut short", "not strings"],
+)
+def test_a_damaged_file_is_computed_again_and_replaced(monkeypatch, tmp_path, damage, caplog):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    written = cached_strings("canonical SMILES", canonical_smiles, SMILES)
+    [path] = (tmp_path / "molecules").glob("*.json")
+    path.write_text(damage)
+    with caplog.at_level("WARNING", logger="partorch"):
+        assert cached_strings("canonical SMILES", canonical_smiles, SMILES) == written
+    assert str(path) in caplog.text and "computing" in caplog.text
+    assert cached_strings("canonical SMILES", lambda s: pytest.fail("computed"), SMILES) == written
+
+
+def test_a_cache_that_cannot_be_made_costs_the_run_nothing(monkeypatch, tmp_path, caplog):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("PARTORCH_CACHE", str(not_a_folder))
+    with caplog.at_level("WARNING", logger="partorch"):
+        written = cached_strings("scaffolds", scaffold_smiles, SMILES[:3])
+    assert written == ["", "c1ccccc1", "c1ccccc1"]  # ethanol has no ring
+    assert "could not use the cache for 3 molecules' scaffolds" in caplog.text
+
+
+def test_a_table_and_its_scaffold_groups_read_back_are_the_ones_computed(
+    monkeypatch, tmp_path, caplog
+):
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    path = tmp_path / "molecules.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{i % 2}\n" for i, s in enumerate(SMILES)))
+    first = read_molecule_csv(path, "smiles", ["y"], smiles_form="canonical")
+    groups = scaffold_groups(first.smiles)
+    with caplog.at_level("INFO", logger="partorch"):
+        again = read_molecule_csv(path, "smiles", ["y"], smiles_form="canonical")
+        assert scaffold_groups(again.smiles) == groups == [[1, 2, 3], [0]]
+    assert "read 5 molecules' canonical SMILES" in caplog.text
+    assert "read 4 molecules' scaffolds" in caplog.text
+    assert again.smiles == first.smiles and again.warnings == first.warnings
+    assert list(again.rows) == [2, 3, 4, 6]  # row 5 does not parse: dropped, as the first time
+    assert any("row 5" in w or "rows 5" in w for w in again.warnings), again.warnings
+
+
+STRINGS_ONCE = """
+import logging, sys
+from partorch.molecules.cached import cached_strings
+from partorch.molecules.chem import canonical_smiles
+logging.getLogger("partorch").addHandler(logging.StreamHandler(sys.stdout))
+logging.getLogger("partorch").setLevel(logging.INFO)
+cached_strings("canonical SMILES", canonical_smiles, sys.argv[1:])
+"""
+
+
+def test_processes_of_one_node_compute_the_strings_once(tmp_path):
+    stdouts = python_at_once(STRINGS_ONCE, SMILES, {"PARTORCH_CACHE": str(tmp_path)})
+    assert sum("computed 5 molecules' canonical SMILES" in out for out in stdouts) == 1, stdouts
+    assert sum("read 5 molecules' canonical SMILES" in out for out in stdouts) == 2, stdouts
