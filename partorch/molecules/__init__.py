@@ -3,6 +3,7 @@ task replaces (the scripts' ADAPT block calls them).
 
     table      reading and validating a CSV of SMILES and labels
     chem       what needs RDKit: canonical and random SMILES, scaffolds, fingerprints
+    cached     canonical SMILES and scaffolds kept for later runs (once per node)
     splits     train / dev / test indices (stratified, random, scaffold)
     tokenizer  SMILES and byte tokenizers
     datasets   SMILES datasets (tokenized once; random SMILES per epoch)

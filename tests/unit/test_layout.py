@@ -21,6 +21,7 @@ LAYERS = [
     {"ddp.run_dir", "ddp.report", "ddp.flags"},
     {"ddp.optimization"},
     {"molecules.chem"},
+    {"molecules.cached"},
     {"molecules.table", "molecules.tokenizer", "molecules.features"},
     {"molecules.splits", "molecules.datasets", "molecules.tasks", "molecules.rnn"},
     {"molecules.prepared", "molecules.pretraining"},
