@@ -190,18 +190,23 @@ def test_ranks_with_different_data_stop_with_one_clear_error(tmp_path, bbbp_subs
 
 
 @pytest.mark.timeout(300)
-def test_same_seed_gives_identical_metrics(tmp_path, bbbp_subset):
-    runs = []
+def test_same_seed_gives_identical_metrics_the_second_run_from_the_cache(tmp_path, bbbp_subset):
+    runs, cache = [], {"PARTORCH_CACHE": str(tmp_path / "cache")}
     for name in ("a", "b"):
         out = tmp_path / name
-        result = run_script([DDP, bbbp_subset, "--output-dir", out, *FAST_FLAGS], nproc=2)
+        flags = [DDP, bbbp_subset, "--output-dir", out, "--split", "scaffold", *FAST_FLAGS]
+        result = run_script(flags, nproc=2, env=cache)
         assert result.returncode == 0, result.stderr[-3000:]
+        logs = [(out / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1)]
+        for what in ("canonical SMILES", "scaffolds"):  # one rank computes, once, for both runs
+            computed = [f"' {what} into " in log for log in logs]
+            read = [f"' {what} from " in log for log in logs]
+            assert sum(computed) == (name == "a") and sum(read) == 2 - sum(computed), logs
         metrics = json.loads((out / "metrics.json").read_text())
         runs.append(
             {k: metrics[k] for k in ("test_roc_auc", "best_dev_roc_auc", "best_epoch")}
             | {"losses": [h["train_loss"] for h in metrics["history"]]}
         )
-        assert (out / "logs" / "rank0.log").exists() and (out / "logs" / "rank1.log").exists()
         rng = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["rng"]
         runs[-1]["dropout streams"] = [state["torch"].tolist() for state in rng]
     assert runs[0] == runs[1]  # the same seed: the same run, dropout masks included
