@@ -143,6 +143,18 @@ def python_at_once(code, args, env, copies=3, timeout=120):
     return [out for out, _ in outputs]
 
 
+def count_calls(monkeypatch, module, name):
+    """Replace module.name by itself, counted: the list of each call's positional arguments."""
+    calls, function = [], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 def final_lines(stdout, metric="ROC AUC"):
     return [line for line in stdout.splitlines() if line.startswith(f"Final test {metric}: ")]
 

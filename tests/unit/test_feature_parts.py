@@ -1,7 +1,7 @@
 """--extra-features' parts: features fitted on the training split only, saved and read back,
 carried through the datasets' batches, and read by the model's head."""
 
-from helpers import python_at_once
+from helpers import count_calls, python_at_once
 import numpy as np
 import pytest
 import torch
@@ -62,34 +62,22 @@ def test_full_descriptors_are_every_rdkit_descriptor_log_scaled_and_computed_by_
 
 def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch, tmp_path):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
-    computed = []
-    compute = features_module._descriptors_over_cores
-    monkeypatch.setattr(
-        features_module,
-        "_descriptors_over_cores",
-        lambda *args: computed.append(args[0]) or compute(*args),
-    )
+    calls = count_calls(monkeypatch, features_module, "_descriptors_over_cores")
     first, raw = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2], cache=True)
     again, raw_again = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
-    assert computed == ["rdkit2d+morgan"]  # the descriptors are the same: read back
+    assert [kind for kind, *_ in calls] == ["rdkit2d+morgan"]  # the same descriptors: read back
     assert np.allclose(raw_again, raw[:, : len(DESCRIPTORS)], rtol=1e-6, equal_nan=True)
     assert np.allclose(again.mean, first.mean[: len(DESCRIPTORS)], rtol=1e-6)
     MoleculeFeatures.fit("rdkit2d", SMILES[:-1], [0, 1, 2], cache=True)  # other molecules
     MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2], cache=True)  # no descriptors to keep
-    assert computed == ["rdkit2d+morgan", "rdkit2d"]
+    assert [kind for kind, *_ in calls] == ["rdkit2d+morgan", "rdkit2d"]
     files = sorted((tmp_path / "features").glob("*.npy"))
-    assert len(files) == 2  # one a list of molecules, none for Morgan counts
+    assert len(files) == 2  # one a list of molecules (Morgan counts are kept as .npz)
 
 
 def test_cached_morgan_counts_are_the_computed_ones_read_back(monkeypatch, tmp_path):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
-    computed = []
-    fingerprints = features_module.fingerprints_of
-    monkeypatch.setattr(
-        features_module,
-        "fingerprints_of",
-        lambda *args, **kwargs: computed.append(1) or fingerprints(*args, **kwargs),
-    )
+    computed = count_calls(monkeypatch, features_module, "fingerprints_of")
     plain = MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2])[1]
     first = MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2], cache=True)[1]
     again = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2], cache=True)[1]

@@ -1,10 +1,11 @@
 """What RDKit writes per molecule (canonical SMILES, scaffolds) is computed once and read back
 by later runs and the other processes of a node; a damaged or unwritable cache costs only time."""
 
-from helpers import python_at_once
+from helpers import count_calls, python_at_once
 import pytest
 
 from partorch.molecules import cached as cached_module
+from partorch.molecules import chem
 from partorch.molecules.cached import cached_strings
 from partorch.molecules.chem import canonical_smiles, scaffold_smiles
 from partorch.molecules.splits import scaffold_groups
@@ -13,33 +14,25 @@ from partorch.molecules.table import read_molecule_csv
 SMILES = ["OCC", "c1ccccc1O", "C1=CC=CC=C1O", "not a molecule", "CC(=O)Nc1ccc(O)cc1"]
 
 
-def counting(function, calls):
-    def counted(smiles):
-        calls.append(list(smiles))
-        return function(smiles)
-
-    return counted
-
-
 def test_strings_are_computed_once_per_molecules_and_name(monkeypatch, tmp_path):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
-    calls = []
-    first = cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
-    again = cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
-    assert first == again == canonical_smiles(SMILES) and first[3] is None
-    assert calls == [SMILES]
-    cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES[:2])
-    cached_strings("scaffolds", counting(scaffold_smiles, calls), SMILES[:2])
-    assert calls == [SMILES, SMILES[:2], SMILES[:2]]  # other molecules, another name
+    calls = count_calls(monkeypatch, chem, "canonical_smiles")
+    first = cached_strings("canonical SMILES", chem.canonical_smiles, SMILES)
+    again = cached_strings("canonical SMILES", chem.canonical_smiles, SMILES)
+    assert first == again and first[:2] == ["CCO", "Oc1ccccc1"] and first[3] is None
+    assert calls == [(SMILES,)]
+    cached_strings("canonical SMILES", chem.canonical_smiles, SMILES[:2])
+    cached_strings("scaffolds", chem.canonical_smiles, SMILES[:2])
+    assert calls == [(SMILES,), (SMILES[:2],), (SMILES[:2],)]  # other molecules, another name
     assert len(list((tmp_path / "molecules").glob("*.json"))) == 3
 
 
 def test_the_key_holds_rdkit_s_version(monkeypatch, tmp_path):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
-    calls = []
-    cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
+    calls = count_calls(monkeypatch, chem, "canonical_smiles")
+    cached_strings("canonical SMILES", chem.canonical_smiles, SMILES)
     monkeypatch.setattr(cached_module, "rdkit_version", lambda: "1999.01.1")
-    cached_strings("canonical SMILES", counting(canonical_smiles, calls), SMILES)
+    cached_strings("canonical SMILES", chem.canonical_smiles, SMILES)
     assert len(calls) == 2  # another RDKit may write other canonical SMILES
 
 
