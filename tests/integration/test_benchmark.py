@@ -253,3 +253,18 @@ def test_the_features_benchmark_times_every_kind_the_pool_and_the_cache(bbbp_sub
     assert "bbbp300.csv: 40 molecules" in result.stdout
     assert "; a pool of 2 processes " in result.stdout  # 4 tasks, on this machine's 2 cores
     assert "; read from the cache " in result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_startup_benchmark_times_each_phase_with_and_without_the_cache(bbbp_subset):
+    result = run_script(
+        [BENCHMARKS / "startup.py", bbbp_subset, "--repeats", "1"]
+        + ["--extra-features", "rdkit2d+morgan"],
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr[-6000:]
+    phases = [line.split(" | ")[0].strip("| ") for line in result.stdout.splitlines()[3:-2]]
+    assert phases[1:3] == ["canonical SMILES for 300 molecules", "scaffold split"], phases
+    assert phases[-1] == "all of start-up" and len(phases) == 7, phases
+    cached = "read from the cache: canonical SMILES, scaffolds, descriptors, Morgan counts"
+    assert cached in result.stdout
