@@ -21,8 +21,8 @@ def atomic_write(path, write):
     """Write to a temporary file beside `path`, fsync, rename it over `path`
     and fsync the folder, so a crash leaves either the old file or the new
     one, never half of one, and the rename itself survives a power cut.
-    One writer per path (rank 0): temporaries that an earlier writer of the
-    same path left behind when it was killed are removed first."""
+    One writer per path at a time (rank 0, or the holder of a node_lock): temporaries that an
+    earlier writer of the same path left behind when it was killed are removed first."""
     path = Path(path)
     # mkstemp's 8 random letters
     for stale in path.parent.glob(f".{glob.escape(path.name)}.{'?' * 8}.tmp"):
@@ -80,21 +80,27 @@ def atomic_write_json(obj, path):
 
 
 def cache_root():
-    """Where training runs keep what they compute once for later runs (prepared corpora,
-    molecules' features): $PARTORCH_CACHE, else $XDG_CACHE_HOME/partorch, else
-    ~/.cache/partorch. Safe to delete: the next run rebuilds."""
+    """Where training runs keep what they compute once for later runs (prepared corpora; the
+    canonical SMILES, scaffolds and features of a data set's molecules): $PARTORCH_CACHE, else
+    $XDG_CACHE_HOME/partorch, else ~/.cache/partorch. Safe to delete: the next run rebuilds."""
     if os.environ.get("PARTORCH_CACHE"):
         return Path(os.environ["PARTORCH_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
 
 
 def kept_in_cache(path, compute, *, save, load, fits, what):
-    """compute(), kept at `path` for later runs: whichever process of the node takes the lock
+    """compute(), kept at `path` for later runs. A whole file is read without waiting (it is
+    written atomically), so the ranks of a node read at once, and a cache others filled is read
+    even where this user cannot write. On a miss, whichever process of the node takes the lock
     first computes and writes; the others wait, then read. save(value, file) writes, load(path)
-    reads, fits(value) says whether what was read is whole (a damaged file, or one of another
-    size, is computed again and replaced). A cache that cannot be written or locked (a full
+    reads, fits(value) says whether what was read is whole: a damaged file, or one of another
+    size, is computed again and replaced. A cache that cannot be written or locked (a full
     disk, a read-only home) costs the run nothing but the time. `what` names the value in
     the log."""
+    value = _load_kept(path, load, fits, what, quiet=True)
+    if value is not None:
+        log.info("read %s from %s", what, path)
+        return value
     with ExitStack() as locked:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +108,7 @@ def kept_in_cache(path, compute, *, save, load, fits, what):
         except OSError as exc:
             log.warning("could not use the cache for %s: %s", what, exc)
             return compute()
-        value = _load_kept(path, load, fits, what)
+        value = _load_kept(path, load, fits, what)  # another process may have written it
         if value is not None:
             log.info("read %s from %s", what, path)
             return value
@@ -115,19 +121,22 @@ def kept_in_cache(path, compute, *, save, load, fits, what):
         return value
 
 
-def _load_kept(path, load, fits, what):
-    """What `path` holds, or None where there is none or it is damaged."""
+def _load_kept(path, load, fits, what, quiet=False):
+    """What `path` holds, or None where there is none or it is damaged. Any error counts as
+    damage: the cache can always be computed again, and a damaged file raises whatever its
+    reader meets first (zipfile, numpy's header parser, json's recursion limit)."""
     try:
         value = load(path)
+        if fits(value):
+            return value
+        problem = f"not {what}"
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, EOFError) as exc:
-        log.warning("%s: unreadable (%s), computing %s again", path, exc, what)
-        return None
-    if not fits(value):
-        log.warning("%s: not %s, computing them again", path, what)
-        return None
-    return value
+    except Exception as exc:
+        problem = f"unreadable ({type(exc).__name__}: {exc})"
+    if not quiet:
+        log.warning("%s: %s; computing it again", path, problem)
+    return None
 
 
 @contextmanager

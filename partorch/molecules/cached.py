@@ -1,7 +1,8 @@
-"""What RDKit writes for each molecule of a list (canonical SMILES, scaffolds), kept in the
-cache for later runs: the ranks of a node, the seeds of one data set and a restarted job read
-what one process computed, so start-up on a large set (about 14 s for each on HIV's 41,127
-molecules) is not paid again on every rank and every run."""
+"""What RDKit computes for each molecule of a data set (canonical SMILES, scaffolds; the
+features' descriptors and Morgan counts), kept in the cache for later runs: the ranks of a
+node, the seeds of one data set and a restarted job read what one process computed, so
+start-up on a large set (about 14 s for each on HIV's 41,127 molecules) is not paid again on
+every rank and every run. See kept_in_cache for the locking and damaged files."""
 
 import json
 
@@ -9,16 +10,24 @@ from ..ddp.distributed import digest
 from ..ddp.files import cache_root, kept_in_cache
 from .chem import rdkit_version
 
-MOLECULES_FORMAT = "partorch-molecules-1"  # raises every key when a computation changes
+# Raise it when what chem writes for a molecule changes (parsed_molecules' rule for what does
+# not parse, canonical_of, scaffold_smiles): every key changes, and nothing old is read.
+MOLECULES_FORMAT = "partorch-molecules-1"
+
+
+def cache_path(folder, file_format, name, smiles, *parts, suffix):
+    """Where the cache keeps `name` of the molecules `smiles`: under a key of them, `parts`
+    (what else the values depend on), RDKit's version and `file_format`."""
+    key = digest([file_format, name, *parts, rdkit_version(), list(smiles)])
+    return cache_root() / folder / f"{name.replace(' ', '-')}-{key[:16]}{suffix}"
 
 
 def cached_strings(name, function, smiles):
-    """function(smiles), one string (or None) per molecule, kept in cache_root()/molecules
-    under a key of the molecules, `name` and RDKit's version (see kept_in_cache)."""
+    """function(smiles), one string (or None) per molecule, kept in the cache as `name`: one
+    name, one function (the key holds the name, not the function)."""
     smiles = list(smiles)
-    key = digest([MOLECULES_FORMAT, name, rdkit_version(), smiles])
     return kept_in_cache(
-        cache_root() / "molecules" / f"{name.replace(' ', '-')}-{key[:16]}.json",
+        cache_path("molecules", MOLECULES_FORMAT, name, smiles, suffix=".json"),
         lambda: function(smiles),
         save=lambda strings, file: file.write(json.dumps(strings).encode()),
         load=lambda path: json.loads(path.read_text()),

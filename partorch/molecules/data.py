@@ -43,13 +43,20 @@ def molecule_data(
     their statistics from the training split, described as "extra_features" (saved as
     extra_features.json)."""
     parse = validate_smiles or "scaffold" in split
+    # RDKit's work per molecule comes from the cache after the first run: see cached_strings
     table = read_molecule_csv(
-        path, smiles_column, label_columns, strict=strict, smiles_form=smiles_form, parse=parse
+        path,
+        smiles_column,
+        label_columns,
+        strict=strict,
+        smiles_form=smiles_form,
+        parse=parse,
+        cache=True,
     )
     table = drop_long_smiles(table, max_smiles_length, strict)
     kind = choose_task_kind(task, table)
     with timed(f"{split} split"):
-        splits = split_molecules(table, split, seed, kind, split_sizes)
+        splits = split_molecules(table, split, seed, kind, split_sizes, cache=True)
     the_task = build_task(kind, table, splits, class_weight)
     base_tokens = pretrained_tokens(init_from) if init_from else ()
     with timed(f"{tokenizer} vocabulary"):

@@ -20,20 +20,19 @@ extra_features.json, so that scripts/predict.py computes what the model was trai
 
 from dataclasses import asdict, dataclass
 from functools import cache as cache_result
-import zipfile
 
 import numpy as np
 
-from ..ddp.distributed import available_cores, digest, map_in_processes
+from ..ddp.distributed import available_cores, map_in_processes
 from ..ddp.errors import PartorchError
-from ..ddp.files import cache_root, kept_in_cache
+from ..ddp.files import kept_in_cache
+from .cached import cache_path
 from .chem import (
     DESCRIPTORS,
     all_descriptor_names,
     descriptors_of,
     fingerprints_of,
     parsed_molecules,
-    rdkit_version,
 )
 
 FEATURE_KINDS = (
@@ -63,8 +62,8 @@ class MoleculeFeatures:
     @classmethod
     def fit(cls, kind, smiles, train_indices, cache=False):
         """Features of `kind`, their statistics from the molecules at `train_indices`; with
-        the raw values of every molecule of `smiles` (computed once, here; with `cache`, the
-        descriptors may come from the cache: see _cached_descriptors). Morgan columns keep
+        the raw values of every molecule of `smiles` (computed once, here; with `cache`, they
+        may come from the cache: see _cached_descriptors and _cached_morgan). Morgan columns keep
         mean 0 and deviation 1: they are not standardised."""
         names = descriptor_names(kind)
         raw = raw_features(kind, smiles, names, cache)
@@ -127,7 +126,7 @@ def descriptor_names(kind):
 def raw_features(kind, smiles, names, cache=False):
     """[molecules, columns] of `kind` with the descriptors `names`: descriptors in float64 (NaN
     where RDKit cannot compute one), Morgan log counts in float16, both together in float32.
-    With `cache`, the descriptors come from the cache (see _cached_descriptors)."""
+    With `cache`, both come from the cache (see _cached_descriptors and _cached_morgan)."""
     descriptor_names(kind)  # an unknown kind stops here, with the choices
     # parsed once, if at all: not for descriptors read from the cache or computed by a pool
     parsed = cache_result(lambda: parsed_molecules(smiles))
@@ -183,14 +182,13 @@ def _cached_descriptors(kind, smiles, names, parsed):
     the kind, the names and RDKit's version: the seeds of one data set and the ranks of a node
     compute them once (all of RDKit's descriptors take minutes on HIV; see kept_in_cache)."""
     described = kind.split("+")[0]  # rdkit2d+morgan's descriptors are rdkit2d's
-    key = digest([FEATURES_FORMAT, described, list(names), rdkit_version(), list(smiles)])
     return kept_in_cache(
-        cache_root() / "features" / f"{described}-{key[:16]}.npy",
+        cache_path("features", FEATURES_FORMAT, described, smiles, list(names), suffix=".npy"),
         lambda: _descriptors_over_cores(kind, smiles, names, parsed),
         save=lambda values, file: np.save(file, values),
         load=np.load,
-        fits=lambda values: values.shape == (len(smiles), len(names)),
-        what=f"{len(smiles)} molecules' descriptors",
+        fits=lambda values: values.dtype.kind == "f" and values.shape == (len(smiles), len(names)),
+        what=f"{len(smiles):,} molecules' descriptors",
     )
 
 
@@ -202,14 +200,13 @@ def _cached_morgan(smiles, parsed):
     """_morgan of every molecule, kept in the cache as in _cached_descriptors: as the
     non-zero counts only (about 50 of a molecule's 2048): HIV's rows would take 170 MB, and
     computing them takes about 15 s."""
-    key = digest([FEATURES_FORMAT, "morgan", MORGAN_BITS, rdkit_version(), list(smiles)])
     entries = kept_in_cache(
-        cache_root() / "features" / f"morgan-{key[:16]}.npz",
+        cache_path("features", FEATURES_FORMAT, "morgan", smiles, MORGAN_BITS, suffix=".npz"),
         lambda: _nonzero(fingerprints_of(parsed(), bits=MORGAN_BITS, counts=True)),
         save=lambda arrays, file: np.savez(file, **arrays),
         load=_load_npz,
         fits=lambda arrays: _nonzero_fits(arrays, len(smiles)),
-        what=f"{len(smiles)} molecules' Morgan counts",
+        what=f"{len(smiles):,} molecules' Morgan counts",
     )
     values = np.zeros((len(smiles), MORGAN_BITS), dtype=np.float16)
     molecules = np.repeat(np.arange(len(smiles)), np.diff(entries["starts"]))
@@ -225,19 +222,22 @@ def _nonzero(counts):
 
 
 def _load_npz(path):
-    try:
-        with np.load(path) as arrays:
-            return {name: arrays[name] for name in arrays.files}
-    except zipfile.BadZipFile as exc:  # a file cut short: damaged, computed again
-        raise ValueError(str(exc)) from exc
+    with np.load(path) as arrays:
+        return {name: arrays[name] for name in arrays.files}
 
 
 def _nonzero_fits(arrays, molecules):
-    if set(arrays) != {"starts", "bits", "counts"} or arrays["starts"].shape != (molecules + 1,):
+    """Whether `arrays` are _nonzero's for `molecules` molecules (anything else is computed
+    again: negative or float indices would otherwise be read as indices)."""
+    if set(arrays) != {"starts", "bits", "counts"}:
         return False
-    starts, bits = arrays["starts"], arrays["bits"]
-    entries = len(bits) == len(arrays["counts"]) == starts[-1] and starts[0] == 0
-    return entries and np.all(np.diff(starts) >= 0) and np.all(bits < MORGAN_BITS)
+    starts, bits, counts = arrays["starts"], arrays["bits"], arrays["counts"]
+    if starts.shape != (molecules + 1,) or starts.dtype.kind not in "iu":
+        return False
+    if bits.dtype.kind != "u" or counts.dtype.kind != "u" or len(bits) != len(counts):
+        return False
+    ordered = starts[0] == 0 and starts[-1] == len(bits) and np.all(np.diff(starts) >= 0)
+    return bool(ordered and np.all(bits < MORGAN_BITS))
 
 
 def _morgan_columns(count):

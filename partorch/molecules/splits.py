@@ -37,7 +37,14 @@ def parse_sizes(text):
 
 
 def split_indices(
-    count, seed, method="stratified", *, classes=None, smiles=None, sizes=DEFAULT_SIZES
+    count,
+    seed,
+    method="stratified",
+    *,
+    classes=None,
+    smiles=None,
+    sizes=DEFAULT_SIZES,
+    cache=False,
 ):
     """Indices of `count` molecules in three sorted, disjoint arrays, of about
     `sizes` (train, dev, test fractions) of them.
@@ -55,6 +62,8 @@ def split_indices(
         then the small ones, shuffled by the seed; filled by the same rule as
         scaffold (chemprop's own fills dev without counting train, and draws
         with Python's random: the idea, not its exact splits).
+
+    With `cache`, the scaffolds come from the cache after the first run (see cached_strings).
     """
     if classes is not None:
         counts = np.bincount(np.asarray(classes), minlength=2)
@@ -66,7 +75,7 @@ def split_indices(
     if method in ("scaffold", "scaffold_balanced"):
         if smiles is None:
             raise DataError("the scaffold split needs the SMILES")
-        groups = scaffold_groups(smiles)
+        groups = scaffold_groups(smiles, cache)
         if method == "scaffold_balanced":
             groups = _balanced_order(groups, count, sizes, seed)
         splits = _fill_in_order(groups, count, sizes)
@@ -118,13 +127,13 @@ def _random_split(count, seed, sizes, stratify):
     return Splits(np.sort(train), np.sort(dev), np.sort(test))
 
 
-def scaffold_groups(smiles):
+def scaffold_groups(smiles, cache=False):
     """Indices grouped by Bemis-Murcko scaffold (without stereo), largest group first; among
     equal sizes the group whose first molecule comes later goes first. This is DeepChem's
-    order, so that its scaffold split is reproduced. The scaffolds come from the cache after
-    the first run (see cached_strings)."""
+    order, so that its scaffold split is reproduced."""
+    scaffolds = cached_strings("scaffolds", scaffold_smiles, smiles) if cache else None
     groups = {}
-    for i, scaffold in enumerate(cached_strings("scaffolds", scaffold_smiles, smiles)):
+    for i, scaffold in enumerate(scaffold_smiles(smiles) if scaffolds is None else scaffolds):
         groups.setdefault(scaffold, []).append(i)
     return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 
@@ -153,7 +162,7 @@ def _fill_in_order(groups, count, sizes):
     return Splits(*(np.array(sorted(part), dtype=int) for part in (train, dev, test)))
 
 
-def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
+def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES, cache=False):
     """`split_indices` for a MoleculeTable: stratified by class when there is
     one column of classes (0/1, or a multi-class task's); errors name the file."""
     classes = None
@@ -163,7 +172,13 @@ def split_molecules(table, method, seed, task_kind, sizes=DEFAULT_SIZES):
         classes = np.unique(table.labels[:, 0], return_inverse=True)[1].reshape(-1)
     try:
         return split_indices(
-            len(table.smiles), seed, method, classes=classes, smiles=table.smiles, sizes=sizes
+            len(table.smiles),
+            seed,
+            method,
+            classes=classes,
+            smiles=table.smiles,
+            sizes=sizes,
+            cache=cache,
         )
     except DataError as exc:
         raise DataError(f"{table.source}: {exc}") from None

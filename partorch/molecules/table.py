@@ -5,6 +5,7 @@ numeric label columns. Every problem names the file, the column and the rows
 from contextlib import contextmanager
 import csv
 from dataclasses import dataclass, replace
+from functools import partial
 import gzip
 import logging
 import os
@@ -183,6 +184,7 @@ def read_molecule_csv(
     strict=False,
     parse=False,
     smiles_form="raw",
+    cache=False,
 ):
     """Validated SMILES and numeric labels. A row with no label at all is
     dropped with a warning (an error when `strict`); with several label
@@ -191,7 +193,8 @@ def read_molecule_csv(
     smiles_form "canonical" rewrites every SMILES as RDKit's canonical SMILES
     (one string per molecule, whatever style its source wrote it in); "raw"
     keeps the file's. With "canonical" or `parse`, rows RDKit cannot parse are
-    dropped with a warning naming them (an error when `strict`)."""
+    dropped with a warning naming them (an error when `strict`). With `cache`, RDKit's
+    canonical SMILES come from the cache after the first run (see cached_strings)."""
     if smiles_form not in SMILES_FORMS:
         raise DataError(
             f"unknown SMILES form {smiles_form!r}: choose one of {', '.join(SMILES_FORMS)}"
@@ -201,7 +204,7 @@ def read_molecule_csv(
         table = validate_frame(frame, path, smiles_column, label_columns, strict)
         phase.what += f" ({len(frame):,} rows)"
     if parse or smiles_form == "canonical":
-        table = _parsed(table, strict, smiles_form == "canonical")
+        table = _parsed(table, strict, smiles_form == "canonical", cache)
     # after canonicalising: one molecule written in two styles is one molecule
     return replace(
         table, warnings=table.warnings + repeat_warnings(path, table.smiles, table.labels)
@@ -248,15 +251,15 @@ def validate_frame(frame, path, smiles_column, label_columns, strict):
     return MoleculeTable(smiles, labels, columns, rows, warnings, str(path))
 
 
-def _parsed(table, strict, canonical):
+def _parsed(table, strict, canonical, cache):
     what = "canonical SMILES" if canonical else "parsed SMILES"
     with timed(f"{what} for {len(table.smiles):,} molecules"):
+        write = partial(with_progress, canonical_smiles, description=what)
         # the canonical form also says which rows parse: one cached computation for both
-        written = cached_strings(
-            "canonical SMILES",
-            lambda smiles: with_progress(canonical_smiles, smiles, what),
-            table.smiles,
-        )
+        if cache:
+            written = cached_strings("canonical SMILES", write, table.smiles)
+        else:
+            written = write(table.smiles)
     bad = [i for i, s in enumerate(written) if s is None]
     if bad and strict:
         raise DataError(

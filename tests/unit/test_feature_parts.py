@@ -1,6 +1,8 @@
 """--extra-features' parts: features fitted on the training split only, saved and read back,
 carried through the datasets' batches, and read by the model's head."""
 
+import io
+
 from helpers import count_calls, python_at_once
 import numpy as np
 import pytest
@@ -88,22 +90,43 @@ def test_cached_morgan_counts_are_the_computed_ones_read_back(monkeypatch, tmp_p
     assert path.stat().st_size < plain.nbytes / 10  # the non-zero counts only
     path.write_bytes(path.read_bytes()[:100])  # cut short
     assert np.array_equal(MoleculeFeatures.fit("morgan", SMILES, [0], cache=True)[1], plain)
-    assert len(computed) == 3 and np.load(path)["starts"].shape == (len(SMILES) + 1,)
+    assert len(computed) == 3
+    with np.load(path) as kept:
+        assert kept["starts"].shape == (len(SMILES) + 1,)
+    np.savez(path.with_suffix(""), starts=np.arange(7.0), bits=np.zeros(0), counts=np.zeros(0))
+    assert np.array_equal(MoleculeFeatures.fit("morgan", SMILES, [0], cache=True)[1], plain)
+    assert len(computed) == 4  # float indices are damage too
+
+
+def npy_bytes(array):
+    file = io.BytesIO()
+    np.save(file, array)
+    return file.getvalue()
+
+
+def damaged_header(array):
+    data = npy_bytes(array)
+    shape = data.index(b"'shape': (") + len(b"'shape': (")
+    return data[:shape] + b'"' + data[shape + 1 :]  # a header numpy cannot parse
 
 
 @pytest.mark.parametrize(
     "damage",
-    [b"", b"not an array", "wrong shape"],
-    ids=["empty", "not an array", "wrong shape"],
+    [
+        lambda raw: b"",
+        lambda raw: b"not an array",
+        lambda raw: npy_bytes(raw[:-1]),
+        lambda raw: npy_bytes(np.zeros(raw.shape, dtype=np.int64)),
+        damaged_header,
+        lambda raw: b"PK\x03\x04" + bytes(200),
+    ],
+    ids=["empty", "not an array", "wrong shape", "integers", "damaged header", "damaged zip"],
 )
 def test_a_damaged_cache_file_is_computed_again_and_replaced(monkeypatch, tmp_path, damage):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
     _, raw = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
     [path] = (tmp_path / "features").glob("*.npy")
-    if damage == "wrong shape":
-        np.save(path, raw[:-1])
-    else:
-        path.write_bytes(damage)
+    path.write_bytes(damage(raw))
     _, again = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
     assert np.array_equal(again, raw, equal_nan=True)
     assert np.array_equal(np.load(path), raw, equal_nan=True)
