@@ -20,6 +20,8 @@ from ..ddp.logs import log
 
 TASK_KINDS = ("auto", "classification", "multiclass", "regression")
 CLASS_WEIGHTS = ("none", "balanced")
+# float64's smallest normal number and its spacing just below 1: where outputs_for clips
+_TINY, _EPSILON = np.finfo(np.float64).tiny, np.finfo(np.float64).eps
 
 
 class EvaluationError(PartorchError):
@@ -177,9 +179,11 @@ class BinaryClassification(Task):
         return 1 / (1 + np.exp(-np.asarray(outputs, dtype=np.float64)))
 
     def outputs_for(self, predictions):
-        """The logits of given probabilities (another model's), to score them with `metrics`."""
-        p = np.clip(np.asarray(predictions, dtype=np.float64), 1e-7, 1 - 1e-7)
-        return np.log(p / (1 - p))
+        """The logits of given probabilities (another model's), to score them with `metrics`.
+        Clipped only at float64's ends: an overfit model's test probabilities go down to 1e-30,
+        and a coarser clip would make them ties and change the ROC AUC."""
+        p = np.clip(np.asarray(predictions, dtype=np.float64), _TINY, 1 - _EPSILON / 2)
+        return np.log(p) - np.log1p(-p)
 
     def scorable(self, targets):
         return len(np.unique(targets)) == 2

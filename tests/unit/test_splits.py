@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import roc_auc_score
 
 from partorch.molecules.chem import canonical_smiles
 from partorch.molecules.splits import (
@@ -205,6 +206,13 @@ def test_tasks_score_another_models_predictions_as_their_own():
     assert np.allclose(regression.predictions(regression.outputs_for(probabilities)), probabilities)
     targets = np.array([[0.0], [1.0], [1.0], [0.0]])
     assert task.metrics(targets, task.outputs_for(probabilities))["roc_auc"] == pytest.approx(0.5)
+    # an overfit model's probabilities far below 1e-7 and near 1 keep their order: no ties
+    confident = np.array([[1e-30], [1e-20], [1e-12], [1e-8], [1 - 1e-9], [1 - 1e-12]])
+    labels = np.array([[0.0], [1.0], [0.0], [1.0], [0.0], [1.0]])
+    logits = task.outputs_for(confident)
+    assert np.all(np.diff(logits[:, 0]) > 0) and np.isfinite(logits).all()
+    scored = task.metrics(labels, logits)["roc_auc"]
+    assert scored == pytest.approx(roc_auc_score(labels[:, 0], confident[:, 0]))  # 7 / 9
 
 
 def test_a_multiclass_column_is_stratified_whatever_its_class_values():
