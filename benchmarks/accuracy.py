@@ -1152,9 +1152,9 @@ over the seeds on this 2-core machine.
   (pretrained-rdkit2dfull-morgan-augment-long) lowered the mean dev RMSE on Lipophilicity by
   0.055 and on ESOL by 0.029, raised the mean dev ROC AUC on SIDER by 0.019 and on BBBP
   stratified and balanced scaffold by 0.003 (5 seeds each) and on HIV scaffold by 0.006 (seed
-  1729; seed 1 ran later), and scored
-  0.003 lower on BBBP scaffold (5 seeds), within its seeds' spread: it became `accurate`. It
-  has run fewer seeds on HIV than the first preset, whose rows stay in the tables.
+  1729; seeds 1 to 4 ran after the choice), and scored 0.003 lower on BBBP scaffold (5 seeds),
+  within its seeds' spread: it became `accurate`. It has not run on HIV stratified yet; the
+  first preset's rows stay in the tables.
 - "within noise" means the means differ by less than two standard errors of
   their difference.
 - a dash for dev or minutes: the run was recorded from an earlier report, whose
