@@ -22,10 +22,13 @@ def cache_path(folder, file_format, name, smiles, *parts, suffix):
     return cache_root() / folder / f"{name.replace(' ', '-')}-{key[:16]}{suffix}"
 
 
-def cached_strings(name, function, smiles):
+def cached_strings(name, function, smiles, keep=True):
     """function(smiles), one string (or None) per molecule, kept in the cache as `name`: one
-    name, one function (the key holds the name, not the function)."""
+    name, one function (the key holds the name, not the function). With `keep` false, simply
+    computed: for library calls that did not ask for the cache."""
     smiles = list(smiles)
+    if not keep:
+        return function(smiles)
     return kept_in_cache(
         cache_path("molecules", MOLECULES_FORMAT, name, smiles, suffix=".json"),
         lambda: function(smiles),

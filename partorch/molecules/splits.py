@@ -131,9 +131,8 @@ def scaffold_groups(smiles, cache=False):
     """Indices grouped by Bemis-Murcko scaffold (without stereo), largest group first; among
     equal sizes the group whose first molecule comes later goes first. This is DeepChem's
     order, so that its scaffold split is reproduced."""
-    scaffolds = cached_strings("scaffolds", scaffold_smiles, smiles) if cache else None
     groups = {}
-    for i, scaffold in enumerate(scaffold_smiles(smiles) if scaffolds is None else scaffolds):
+    for i, scaffold in enumerate(cached_strings("scaffolds", scaffold_smiles, smiles, cache)):
         groups.setdefault(scaffold, []).append(i)
     return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 

@@ -256,10 +256,7 @@ def _parsed(table, strict, canonical, cache):
     with timed(f"{what} for {len(table.smiles):,} molecules"):
         write = partial(with_progress, canonical_smiles, description=what)
         # the canonical form also says which rows parse: one cached computation for both
-        if cache:
-            written = cached_strings("canonical SMILES", write, table.smiles)
-        else:
-            written = write(table.smiles)
+        written = cached_strings("canonical SMILES", write, table.smiles, cache)
     bad = [i for i, s in enumerate(written) if s is None]
     if bad and strict:
         raise DataError(
