@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from partorch.ddp.distributed import available_cores
-from partorch.molecules import features
-from partorch.molecules.chem import parsed_molecules
+from partorch.molecules import chunked, features
 
 
 def median_seconds(work, repeats):
@@ -36,7 +35,8 @@ def median_seconds(work, repeats):
 def one_process_rows(smiles, repeats):
     """(kind, seconds, microseconds a molecule) for each kind, computed in this process."""
     rows = []
-    pool_min, features.POOL_MIN_MOLECULES = features.POOL_MIN_MOLECULES, float("inf")
+    pool_mins = features.DESCRIPTORS_POOL_MIN, chunked.POOL_MIN_MOLECULES
+    features.DESCRIPTORS_POOL_MIN = chunked.POOL_MIN_MOLECULES = float("inf")
     for kind in features.FEATURE_KINDS[1:]:  # once untimed: RDKit's first calls set up tables
         features.raw_features(kind, smiles[:20], features.descriptor_names(kind))
     for kind in features.FEATURE_KINDS[1:]:
@@ -44,24 +44,25 @@ def one_process_rows(smiles, repeats):
         compute = partial(features.raw_features, kind, smiles, names)
         seconds, _ = median_seconds(compute, repeats)
         rows.append((kind, seconds, seconds / len(smiles) * 1e6))
-    features.POOL_MIN_MOLECULES = pool_min
+    features.DESCRIPTORS_POOL_MIN, chunked.POOL_MIN_MOLECULES = pool_mins
     return rows
 
 
 def pool_and_cache_rows(smiles, repeats):
     """rdkit2d-full's descriptors: in this process, over the pool, and read from the cache."""
     kind, names = "rdkit2d-full", features.descriptor_names("rdkit2d-full")
-    molecules = parsed_molecules(smiles)
-    alone, expected = median_seconds(lambda: features._descriptors(kind, molecules, names), repeats)
+    alone, expected = median_seconds(
+        lambda: features._descriptors_of_smiles(smiles, kind, names), repeats
+    )
     pooled, values = median_seconds(
-        lambda: features._descriptors_over_cores(kind, smiles, names, lambda: molecules), repeats
+        lambda: features._descriptor_values(kind, smiles, names, cache=False), repeats
     )
     assert np.array_equal(values, expected, equal_nan=True), "the pool computed other values"
     with tempfile.TemporaryDirectory() as cache:
         os.environ["PARTORCH_CACHE"] = cache
-        features._cached_descriptors(kind, smiles, names, None)  # computed, then kept
+        features._descriptor_values(kind, smiles, names, cache=True)  # computed, then kept
         read, _ = median_seconds(
-            lambda: features._cached_descriptors(kind, smiles, names, None), repeats
+            lambda: features._descriptor_values(kind, smiles, names, cache=True), repeats
         )
     return alone, pooled, read
 
@@ -75,17 +76,17 @@ def main():
     parser.add_argument(
         "--pool-min",
         type=int,
-        default=features.POOL_MIN_MOLECULES,
+        default=features.DESCRIPTORS_POOL_MIN,
         help="molecules from which a pool computes (default: what training runs use)",
     )
     parser.add_argument(
         "--pool-chunk",
         type=int,
-        default=features.POOL_CHUNK,
+        default=chunked.CHUNK,
         help="molecules a pool task computes (default: what training runs use)",
     )
     args = parser.parse_args()
-    features.POOL_MIN_MOLECULES, features.POOL_CHUNK = args.pool_min, args.pool_chunk
+    features.DESCRIPTORS_POOL_MIN, chunked.CHUNK = args.pool_min, args.pool_chunk
     column = pd.read_csv(args.csv, usecols=[args.smiles_column], nrows=args.molecules)
     smiles = column[args.smiles_column].astype(str).tolist()
     print(
@@ -97,7 +98,7 @@ def main():
     for kind, seconds, micro in one_process_rows(smiles, args.repeats):
         print(f"| {kind} | {seconds:.2f} | {micro:,.0f} |")
     alone, pooled, read = pool_and_cache_rows(smiles, args.repeats)
-    workers = features.pool_workers(len(smiles))
+    workers = chunked.pool_workers(len(smiles), least=features.DESCRIPTORS_POOL_MIN)
     pool = f"a pool of {workers} processes" if workers > 1 else "no pool (too few molecules)"
     print(
         f"rdkit2d-full descriptors: one process {alone:.2f} s; {pool} {pooled:.2f} s "

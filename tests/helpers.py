@@ -169,3 +169,9 @@ def our_traceback(stderr):
     may itself be called partorch, and hold the virtual environment)."""
     ours = tuple(f'File "{ROOT / folder}/' for folder in ("partorch", "scripts", "examples"))
     return [line for line in stderr.splitlines() if any(frame in line for frame in ours)]
+
+
+def chunk_report(items, *args):
+    """What a chunked.in_chunks task saw: (its process, how many items, the extra arguments).
+    Here, not in a test module: a spawned pool process imports it by name."""
+    return [(os.getpid(), len(items), args)]

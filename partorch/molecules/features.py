@@ -19,11 +19,9 @@ extra_features.json, so that scripts/predict.py computes what the model was trai
 """
 
 from dataclasses import asdict, dataclass
-from functools import cache as cache_result
 
 import numpy as np
 
-from ..ddp.distributed import available_cores, map_in_processes
 from ..ddp.errors import PartorchError
 from ..ddp.files import kept_in_cache
 from .cached import cache_path
@@ -34,6 +32,7 @@ from .chem import (
     fingerprints_of,
     parsed_molecules,
 )
+from .chunked import in_chunks
 
 FEATURE_KINDS = (
     "none",
@@ -45,11 +44,9 @@ FEATURE_KINDS = (
 )
 MORGAN_BITS = 2048
 FEATURES_FORMAT = "partorch-features-1"  # raises every cache key when the computation changes
-# Below this many molecules one process computes descriptors faster than starting a pool.
-POOL_MIN_MOLECULES = 5_000
-# Molecules per task sent to a pool process: seconds of work against the milliseconds of
-# sending a chunk, and enough tasks on HIV (41) to keep 16 processes busy to the end.
-POOL_CHUNK = 1_000
+# From this many molecules a pool of the node's cores computes the descriptors: all of RDKit's
+# cost about 10 ms a molecule (chunked.POOL_MIN_MOLECULES is for 0.3 ms).
+DESCRIPTORS_POOL_MIN = 5_000
 
 
 @dataclass
@@ -63,7 +60,7 @@ class MoleculeFeatures:
     def fit(cls, kind, smiles, train_indices, cache=False):
         """Features of `kind`, their statistics from the molecules at `train_indices`; with
         the raw values of every molecule of `smiles` (computed once, here; with `cache`, they
-        may come from the cache: see _cached_descriptors and _cached_morgan). Morgan columns keep
+        may come from the cache: see _descriptor_values and _morgan_values). Morgan columns keep
         mean 0 and deviation 1: they are not standardised."""
         names = descriptor_names(kind)
         raw = raw_features(kind, smiles, names, cache)
@@ -126,65 +123,49 @@ def descriptor_names(kind):
 def raw_features(kind, smiles, names, cache=False):
     """[molecules, columns] of `kind` with the descriptors `names`: descriptors in float64 (NaN
     where RDKit cannot compute one), Morgan log counts in float16, both together in float32.
-    With `cache`, both come from the cache (see _cached_descriptors and _cached_morgan)."""
+    With `cache`, both come from the cache (see _descriptor_values and _morgan_values)."""
     descriptor_names(kind)  # an unknown kind stops here, with the choices
-    # parsed once, if at all: not for descriptors read from the cache or computed by a pool
-    parsed = cache_result(lambda: parsed_molecules(smiles))
     parts = []
-    if names and cache:
-        parts.append(_cached_descriptors(kind, smiles, names, parsed))
-    elif names:
-        parts.append(_descriptors_over_cores(kind, smiles, names, parsed))
-    if "morgan" in kind and cache:
-        parts.append(_cached_morgan(smiles, parsed))
-    elif "morgan" in kind:
-        parts.append(_morgan(fingerprints_of(parsed(), bits=MORGAN_BITS, counts=True)))
+    if names:
+        parts.append(_descriptor_values(kind, smiles, names, cache))
+    if "morgan" in kind:
+        parts.append(_morgan_values(smiles, cache))
     if len(parts) == 1:
         return parts[0]
     return np.hstack([part.astype(np.float32) for part in parts])
 
 
-def _descriptors(kind, molecules, names):
+def _descriptors_of_smiles(smiles, kind, names):
     """The descriptors `names` of each molecule, log-scaled for rdkit2d-full."""
-    values = descriptors_of(molecules, names)
+    values = descriptors_of(parsed_molecules(smiles), names)
     if kind.startswith("rdkit2d-full"):
         values = np.sign(values) * np.log1p(np.abs(values))
     return values
 
 
-def _descriptors_of_smiles(kind, smiles, names):
-    return _descriptors(kind, parsed_molecules(smiles), names)
-
-
-def pool_workers(molecules):
-    """How many processes compute the descriptors of `molecules` molecules (1: this one).
-    At most 16: each starts by importing torch, seconds and hundreds of MB."""
-    if molecules < POOL_MIN_MOLECULES:
-        return 1
-    return max(1, min(available_cores(), 16, -(-molecules // POOL_CHUNK)))
-
-
-def _descriptors_over_cores(kind, smiles, names, parsed):
-    """_descriptors, over a pool of the node's cores when there are enough molecules: with the
-    cache, one process of the node computes them while the others wait, and all of RDKit's
-    descriptors cost about 10 ms a molecule (benchmarks/features.py)."""
-    workers = pool_workers(len(smiles))
-    if workers == 1:
-        return _descriptors(kind, parsed(), names)
-    chunks = [smiles[i : i + POOL_CHUNK] for i in range(0, len(smiles), POOL_CHUNK)]
-    repeat = [kind] * len(chunks), [names] * len(chunks)
-    parts = map_in_processes(_descriptors_of_smiles, repeat[0], chunks, repeat[1], workers=workers)
-    return np.concatenate(list(parts))
-
-
-def _cached_descriptors(kind, smiles, names, parsed):
-    """_descriptors, kept in the cache (cache_root()/features) under a key of the molecules,
-    the kind, the names and RDKit's version: the seeds of one data set and the ranks of a node
-    compute them once (all of RDKit's descriptors take minutes on HIV; see kept_in_cache)."""
+def _descriptor_values(kind, smiles, names, cache):
+    """_descriptors_of_smiles over the node's cores (all of RDKit's descriptors cost about 10
+    ms a molecule: benchmarks/features.py); with `cache`, kept in the cache (cache_root()/
+    features) under a key of the molecules, the kind, the names and RDKit's version, so that
+    the seeds of one data set and the ranks of a node compute them once (see kept_in_cache)."""
     described = kind.split("+")[0]  # rdkit2d+morgan's descriptors are rdkit2d's
+
+    def compute():
+        parts = in_chunks(
+            _descriptors_of_smiles,
+            smiles,
+            kind,
+            names,
+            description=f"{described} descriptors",
+            least=DESCRIPTORS_POOL_MIN,
+        )
+        return np.concatenate(parts)
+
+    if not cache:
+        return compute()
     return kept_in_cache(
         cache_path("features", FEATURES_FORMAT, described, smiles, list(names), suffix=".npy"),
-        lambda: _descriptors_over_cores(kind, smiles, names, parsed),
+        compute,
         save=lambda values, file: np.save(file, values),
         load=np.load,
         fits=lambda values: values.dtype.kind == "f" and values.shape == (len(smiles), len(names)),
@@ -196,29 +177,48 @@ def _morgan(counts):
     return np.log1p(counts, dtype=np.float32).astype(np.float16)
 
 
-def _cached_morgan(smiles, parsed):
-    """_morgan of every molecule, kept in the cache as in _cached_descriptors: as the
-    non-zero counts only (about 50 of a molecule's 2048): HIV's rows would take 170 MB, and
-    computing them takes about 15 s."""
-    entries = kept_in_cache(
-        cache_path("features", FEATURES_FORMAT, "morgan", smiles, MORGAN_BITS, suffix=".npz"),
-        lambda: _nonzero(fingerprints_of(parsed(), bits=MORGAN_BITS, counts=True)),
-        save=lambda arrays, file: np.savez(file, **arrays),
-        load=_load_npz,
-        fits=lambda arrays: _nonzero_fits(arrays, len(smiles)),
-        what=f"{len(smiles):,} molecules' Morgan counts",
-    )
+def _morgan_values(smiles, cache):
+    """_morgan of every molecule, computed over the node's cores as the non-zero counts only
+    (about 50 of a molecule's 2048: HIV's rows would take 170 MB, and computing them about 15
+    s), kept in the cache that way with `cache`, as in _descriptor_values."""
+
+    def compute():
+        return _joined(in_chunks(_nonzero_counts_of_smiles, smiles, description="Morgan counts"))
+
+    if not cache:
+        entries = compute()
+    else:
+        entries = kept_in_cache(
+            cache_path("features", FEATURES_FORMAT, "morgan", smiles, MORGAN_BITS, suffix=".npz"),
+            compute,
+            save=lambda arrays, file: np.savez(file, **arrays),
+            load=_load_npz,
+            fits=lambda arrays: _nonzero_fits(arrays, len(smiles)),
+            what=f"{len(smiles):,} molecules' Morgan counts",
+        )
     values = np.zeros((len(smiles), MORGAN_BITS), dtype=np.float16)
     molecules = np.repeat(np.arange(len(smiles)), np.diff(entries["starts"]))
     values[molecules, entries["bits"]] = _morgan(entries["counts"])
     return values
 
 
-def _nonzero(counts):
+def _nonzero_counts_of_smiles(smiles):
     """A molecule's entries are bits[starts[i]:starts[i + 1]] and the same slice of counts."""
+    counts = fingerprints_of(parsed_molecules(smiles), bits=MORGAN_BITS, counts=True)
     molecules, bits = np.nonzero(counts)
     starts = np.searchsorted(molecules, np.arange(len(counts) + 1))
     return {"starts": starts, "bits": bits.astype(np.uint16), "counts": counts[molecules, bits]}
+
+
+def _joined(parts):
+    """One _nonzero_counts_of_smiles of the molecules of `parts`, in order."""
+    shifts = np.cumsum([0, *(len(part["bits"]) for part in parts)])
+    starts = [part["starts"][:-1] + shift for part, shift in zip(parts, shifts)]
+    return {
+        "starts": np.concatenate([*starts, shifts[-1:]]),
+        "bits": np.concatenate([part["bits"] for part in parts]),
+        "counts": np.concatenate([part["counts"] for part in parts]),
+    }
 
 
 def _load_npz(path):

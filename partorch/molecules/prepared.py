@@ -16,7 +16,6 @@ or none. `ensure_prepared` reuses a folder whose source checksum and options mat
 rebuilds it when either changed; one process per node builds, the others wait for it.
 """
 
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 import hashlib
 import json
@@ -30,11 +29,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..ddp.distributed import available_cores, digest, map_in_processes
+from ..ddp.distributed import available_cores, digest
 from ..ddp.errors import DataError
 from ..ddp.files import atomic_write_json, cache_root, node_lock
 from ..ddp.logs import log
 from .chem import canonical_of, descriptors_of, parsed_molecules
+from .chunked import in_chunks
 from .datasets import collate_token_ids
 from .table import (
     MAX_SMILES_LENGTH,
@@ -42,7 +42,6 @@ from .table import (
     drop_rows,
     read_frame,
     repeat_warnings,
-    shows_progress,
     timed,
     validate_frame,
 )
@@ -50,9 +49,7 @@ from .tokenizer import UNK, SmilesTokenizer, split_smiles, tokenizer_from_dict
 
 FORMAT = "partorch-prepared-1"
 META = "meta.json"
-# Below this many molecules one process canonicalises faster than starting a pool.
-POOL_MIN_MOLECULES = 20_000
-CHUNK = 5_000  # molecules per task sent to a pool worker
+CHUNK = 5_000  # molecules per task sent to a pool worker: a corpus may hold millions
 VOCABULARY_MODES = ("build", "fixed", "extend")
 
 
@@ -244,22 +241,20 @@ class _Chunk:
 
 
 def _in_chunks(smiles, options, workers):
-    """`_tokenized_chunk` over chunks of `smiles`, in order, over a pool of processes for a
-    big corpus."""
+    """`_tokenized_chunk` over chunks of `smiles`, in order, over a pool of `workers`
+    processes for a big corpus."""
     canonical = options.smiles_form == "canonical"
-    chunks = [smiles[i : i + CHUNK] for i in range(0, len(smiles), CHUNK)]
     what = f"{'canonical' if canonical else 'parsed'} SMILES for {len(smiles):,} molecules"
-    with timed(what), _progress(len(smiles), what) as bar:
-        if len(smiles) < POOL_MIN_MOLECULES or workers == 1:
-            return [
-                _advance(bar, _tokenized_chunk(chunk, canonical, options.descriptors))
-                for chunk in chunks
-            ]
-        repeat = [canonical] * len(chunks), [options.descriptors] * len(chunks)
-        results = map_in_processes(
-            _tokenized_chunk, chunks, *repeat, workers=min(workers, len(chunks))
+    with timed(what):
+        return in_chunks(
+            _tokenized_chunk,
+            smiles,
+            canonical,
+            options.descriptors,
+            description=what,
+            chunk=CHUNK,
+            workers=workers,
         )
-        return [_advance(bar, result) for result in results]
 
 
 def _tokenized_chunk(smiles, canonical, descriptors=()):
@@ -277,23 +272,6 @@ def _tokenized_chunk(smiles, canonical, descriptors=()):
     ids = np.fromiter((index[tok] for molecule in tokens for tok in molecule), dtype=np.int32)
     lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
     return _Chunk(written, vocabulary, lengths, ids, values)
-
-
-@contextmanager
-def _progress(total, description):
-    if not shows_progress(total):
-        yield None
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=description, unit="mol", disable=None) as bar:
-        yield bar
-
-
-def _advance(bar, chunk):
-    if bar is not None:
-        bar.update(len(chunk.smiles))
-    return chunk
 
 
 def _vocabulary(options, chunks):

@@ -2,12 +2,14 @@
 rank, so no rank has to send its split to another."""
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..ddp.errors import DataError
 from .cached import cached_strings
 from .chem import scaffold_smiles
+from .chunked import joined
 
 DEFAULT_SIZES = (0.72, 0.18, 0.10)  # the tutorial's: 10 % test, then 20 % of the rest dev
 SPLITS = ("stratified", "random", "scaffold", "scaffold_balanced")
@@ -132,7 +134,8 @@ def scaffold_groups(smiles, cache=False):
     equal sizes the group whose first molecule comes later goes first. This is DeepChem's
     order, so that its scaffold split is reproduced."""
     groups = {}
-    for i, scaffold in enumerate(cached_strings("scaffolds", scaffold_smiles, smiles, cache)):
+    scaffolds = partial(joined, scaffold_smiles, description="scaffolds")
+    for i, scaffold in enumerate(cached_strings("scaffolds", scaffolds, smiles, cache)):
         groups.setdefault(scaffold, []).append(i)
     return sorted(groups.values(), key=lambda group: (len(group), group[0]), reverse=True)
 

@@ -7,28 +7,22 @@ import csv
 from dataclasses import dataclass, replace
 from functools import partial
 import gzip
-import logging
-import os
 import time
 from types import SimpleNamespace
 import warnings
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from ..ddp.errors import DataError
 from ..ddp.logs import log
 from .cached import cached_strings
 from .chem import canonical_smiles
+from .chunked import joined
 
 SMILES_FORMS = ("canonical", "raw")
 # Characters: longer SMILES are dropped before training (see --max-smiles-length).
 MAX_SMILES_LENGTH = 2000
-# Below this many molecules start-up takes seconds: no bar, so small runs look as they always did.
-PROGRESS_MIN_MOLECULES = 10_000
-# Molecules per bar update: tqdm's cost per call then vanishes beside RDKit's per molecule.
-PROGRESS_CHUNK = 1_000
 
 
 @dataclass
@@ -50,28 +44,6 @@ def timed(what):
     start = time.perf_counter()
     yield phase
     log.info("start-up: %s in %.2f s", phase.what, time.perf_counter() - start)
-
-
-def shows_progress(count):
-    """Whether a bar over `count` molecules is drawn: only for inputs big enough to wait for,
-    and only on the process that prints, rank 0 (torchrun sets RANK; a lone process has none),
-    unless --quiet left its console warnings only (see setup_logging). tqdm's disable=None
-    then keeps it off anything but a terminal (log files, SLURM .out files, CI)."""
-    quiet = any(type(h) is logging.StreamHandler and h.level > logging.INFO for h in log.handlers)
-    return count >= PROGRESS_MIN_MOLECULES and os.environ.get("RANK", "0") == "0" and not quiet
-
-
-def with_progress(function, items, description):
-    """function(items), for a function of a list that works item by item, with a bar when
-    `shows_progress`; called chunk by chunk so the bar adds nothing per molecule."""
-    if not shows_progress(len(items)):
-        return function(items)
-    out = []
-    with tqdm(total=len(items), desc=description, unit="mol", disable=None) as bar:
-        for start in range(0, len(items), PROGRESS_CHUNK):
-            out += function(items[start : start + PROGRESS_CHUNK])
-            bar.update(min(PROGRESS_CHUNK, len(items) - start))
-    return out
 
 
 def first_rows(rows, limit=5):
@@ -254,7 +226,7 @@ def validate_frame(frame, path, smiles_column, label_columns, strict):
 def _parsed(table, strict, canonical, cache):
     what = "canonical SMILES" if canonical else "parsed SMILES"
     with timed(f"{what} for {len(table.smiles):,} molecules"):
-        write = partial(with_progress, canonical_smiles, description=what)
+        write = partial(joined, canonical_smiles, description=what)
         # the canonical form also says which rows parse: one cached computation for both
         written = cached_strings("canonical SMILES", write, table.smiles, cache)
     bad = [i for i, s in enumerate(written) if s is None]

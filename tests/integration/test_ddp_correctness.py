@@ -1,6 +1,7 @@
 """DDP pitfalls, each checked in real processes under torchrun (gloo, CPU)."""
 
 import json
+import re
 
 from helpers import (
     DDP,
@@ -19,6 +20,7 @@ import torch
 
 WORKER = ROOT / "tests" / "integration" / "ddp_worker.py"
 PER_RANK_FLAGS = ROOT / "tests" / "integration" / "per_rank_flags.py"
+SMALL_POOLS = ROOT / "tests" / "integration" / "small_pools.py"
 # No dropout (the only randomness that differs between 1 and N processes), no early stop.
 PARITY_FLAGS = with_flag(with_flag(FAST_FLAGS, "--dropout", 0), "--patience", 0) + ["--lr", "0.01"]
 
@@ -212,6 +214,35 @@ def test_same_seed_gives_identical_metrics_the_second_run_from_the_cache(tmp_pat
     assert runs[0] == runs[1]  # the same seed: the same run, dropout masks included
     first_rank, second_rank = runs[0]["dropout streams"]
     assert first_rank != second_rank  # seeded from (seed, rank): each rank draws its own masks
+
+
+@pytest.mark.timeout(400)
+def test_pools_of_processes_give_the_start_up_one_process_gives(tmp_path, bbbp_subset):
+    """Canonical SMILES, scaffolds, descriptors and Morgan counts, each over a pool of
+    processes spawned by a torchrun rank (as on any set of 20,000 molecules or more)."""
+    runs = []
+    for launcher in ([], [SMALL_POOLS]):
+        out = tmp_path / ("pooled" if launcher else "alone")
+        flags = [*launcher, DDP, bbbp_subset, "--output-dir", out, *FAST_FLAGS]
+        flags += ["--split", "scaffold", "--extra-features", "rdkit2d+morgan"]
+        result = run_script(flags, nproc=2, env={"PARTORCH_CACHE": str(out) + "-cache"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        logs = "".join((out / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1))
+        pools = re.findall(r"\] INFO (.+): \d+ molecules over a pool of 2 processes", logs)
+        history = json.loads((out / "metrics.json").read_text())["history"]
+        runs.append(
+            {
+                "pools": sorted(pools),  # one rank computes, the other reads the cache
+                "splits": (out / "splits.json").read_text(),
+                "features": (out / "extra_features.json").read_text(),
+                "epochs": [(h["train_loss"], h["dev_roc_auc"]) for h in history],
+            }
+        )
+    alone, pooled = runs
+    assert alone.pop("pools") == []
+    expected = ["Morgan counts", "canonical SMILES", "rdkit2d descriptors", "scaffolds"]
+    assert pooled.pop("pools") == expected
+    assert pooled == alone and len(alone["epochs"]) == 2
 
 
 @pytest.mark.timeout(120)

@@ -10,6 +10,7 @@ import torch
 
 from partorch import PartorchError
 from partorch.ddp import files
+from partorch.molecules import chunked
 from partorch.molecules import features as features_module
 from partorch.molecules.chem import DESCRIPTORS, all_descriptor_names, molecular_descriptors
 from partorch.molecules.datasets import smiles_dataset
@@ -64,15 +65,15 @@ def test_full_descriptors_are_every_rdkit_descriptor_log_scaled_and_computed_by_
 
 def test_cached_descriptors_are_computed_once_per_molecules_and_kind(monkeypatch, tmp_path):
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
-    calls = count_calls(monkeypatch, features_module, "_descriptors_over_cores")
+    calls = count_calls(monkeypatch, features_module, "_descriptors_of_smiles")
     first, raw = MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2], cache=True)
     again, raw_again = MoleculeFeatures.fit("rdkit2d", SMILES, [0, 1, 2], cache=True)
-    assert [kind for kind, *_ in calls] == ["rdkit2d+morgan"]  # the same descriptors: read back
+    assert [kind for _, kind, _ in calls] == ["rdkit2d+morgan"]  # the same descriptors: read back
     assert np.allclose(raw_again, raw[:, : len(DESCRIPTORS)], rtol=1e-6, equal_nan=True)
     assert np.allclose(again.mean, first.mean[: len(DESCRIPTORS)], rtol=1e-6)
     MoleculeFeatures.fit("rdkit2d", SMILES[:-1], [0, 1, 2], cache=True)  # other molecules
     MoleculeFeatures.fit("morgan", SMILES, [0, 1, 2], cache=True)  # no descriptors to keep
-    assert [kind for kind, *_ in calls] == ["rdkit2d+morgan", "rdkit2d"]
+    assert [kind for _, kind, _ in calls] == ["rdkit2d+morgan", "rdkit2d"]
     files = sorted((tmp_path / "features").glob("*.npy"))
     assert len(files) == 2  # one a list of molecules (Morgan counts are kept as .npz)
 
@@ -145,17 +146,21 @@ def test_a_cache_that_cannot_be_written_costs_the_run_nothing(monkeypatch, tmp_p
     assert "could not keep 6 molecules' descriptors in the cache" in caplog.text
 
 
-def test_a_pool_of_processes_computes_the_same_descriptors(monkeypatch):
+def test_a_pool_of_processes_computes_the_same_features(monkeypatch):
     smiles = SMILES * 4
-    monkeypatch.setattr(features_module, "POOL_MIN_MOLECULES", 0)
-    monkeypatch.setattr(features_module, "POOL_CHUNK", 5)  # 5 tasks, the last of 4 molecules
-    monkeypatch.setattr(features_module, "available_cores", lambda: 2)
+    monkeypatch.setattr(features_module, "DESCRIPTORS_POOL_MIN", 0)
+    monkeypatch.setattr(chunked, "POOL_MIN_MOLECULES", 0)
+    monkeypatch.setattr(chunked, "CHUNK", 5)  # 5 tasks, the last of 4 molecules
+    monkeypatch.setattr(chunked, "available_cores", lambda: 2)
     names = ["MolLogP", "Ipc", "TPSA"]
-    assert features_module.pool_workers(len(smiles)) == 2
-    pooled = features_module._descriptors_over_cores("rdkit2d-full", smiles, names, None)
-    alone = features_module._descriptors_of_smiles("rdkit2d-full", smiles, names)
-    assert pooled.shape == (len(smiles), 3)
-    assert np.array_equal(pooled, alone, equal_nan=True) and np.isnan(pooled[4]).all()
+    assert chunked.pool_workers(len(smiles)) == 2
+    pooled = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
+    monkeypatch.setattr(chunked, "available_cores", lambda: 1)  # the same, in this process
+    alone = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
+    assert pooled.shape == (len(smiles), 3 + MORGAN_BITS) and pooled.dtype == np.float32
+    assert np.array_equal(pooled, alone, equal_nan=True) and np.isnan(pooled[4, :3]).all()
+    counted = (pooled[:, 3:] > 0).any(axis=1)  # every molecule RDKit parses, in its own row
+    assert counted.tolist() == [s != "not a molecule" for s in smiles]
 
 
 FIT_ONCE = """
@@ -257,13 +262,3 @@ def test_descriptors_and_morgan_together_scale_the_descriptors_only():
     assert np.allclose(values[:, :count], descriptors.compute(SMILES), atol=2e-3, rtol=2e-3)
     assert np.array_equal(values[:, count:], morgan.compute(SMILES))
     assert features_from_dict(both.to_dict()) == both
-
-
-def test_both_kinds_come_from_one_parse_of_each_molecule(monkeypatch):
-    from rdkit import Chem
-
-    parse, parsed = Chem.MolFromSmiles, []
-    monkeypatch.setattr(Chem, "MolFromSmiles", lambda s: parsed.append(s) or parse(s))
-    MoleculeFeatures.fit("rdkit2d+morgan", SMILES, [0, 1, 2])
-    readable = [s for s in SMILES if " " not in s]  # a SMILES with a space never reaches RDKit
-    assert sorted(parsed) == sorted(readable)

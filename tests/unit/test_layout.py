@@ -20,7 +20,7 @@ LAYERS = [
     | {"ddp.config", "ddp.html_report"},
     {"ddp.run_dir", "ddp.report", "ddp.flags"},
     {"ddp.optimization"},
-    {"molecules.chem"},
+    {"molecules.chem", "molecules.chunked"},
     {"molecules.cached"},
     {"molecules.table", "molecules.tokenizer", "molecules.features"},
     {"molecules.splits", "molecules.datasets", "molecules.tasks", "molecules.rnn"},

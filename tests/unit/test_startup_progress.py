@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from partorch.ddp.logs import add_log_file, log, setup_logging
-from partorch.molecules import molecule_data, table
+from partorch.molecules import chunked, molecule_data
 from partorch.molecules.chem import canonical_smiles
 
 
@@ -72,25 +72,24 @@ def test_bar_is_drawn_on_rank_0_terminal_for_big_inputs_with_unchanged_results(
 ):
     terminal = on_terminal(monkeypatch)
     smiles = pd.read_csv(bbbp_path)["smiles"].head(120).tolist()
-    monkeypatch.setattr(table, "PROGRESS_MIN_MOLECULES", 100)
-    monkeypatch.setattr(table, "PROGRESS_CHUNK", 50)  # 120 = 50 + 50 + 20: a partial last chunk
-    assert table.with_progress(canonical_smiles, smiles, "canonical SMILES") == canonical_smiles(
-        smiles
-    )
+    monkeypatch.setattr(chunked, "PROGRESS_MIN_MOLECULES", 100)
+    monkeypatch.setattr(chunked, "CHUNK", 50)  # 120 = 50 + 50 + 20: a partial last chunk
+    written = chunked.joined(canonical_smiles, smiles, description="canonical SMILES")
+    assert written == canonical_smiles(smiles)
     assert "canonical SMILES" in terminal.getvalue() and "120/120" in terminal.getvalue()
 
 
 def test_no_bar_below_the_threshold_off_rank_0_or_off_a_terminal(monkeypatch):
     terminal = on_terminal(monkeypatch)
-    monkeypatch.setattr(table, "PROGRESS_MIN_MOLECULES", 100)
-    assert not table.shows_progress(99) and table.shows_progress(100)
+    monkeypatch.setattr(chunked, "PROGRESS_MIN_MOLECULES", 100)
+    assert not chunked.shows_progress(99) and chunked.shows_progress(100)
     monkeypatch.setenv("RANK", "1")
-    assert not table.shows_progress(10**6)
-    assert table.with_progress(canonical_smiles, ["CCO"] * 200, "x") == ["CCO"] * 200
+    assert not chunked.shows_progress(10**6)
+    assert chunked.joined(canonical_smiles, ["CCO"] * 200, description="x") == ["CCO"] * 200
     assert terminal.getvalue() == ""
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # redirected: a log file, SLURM, CI
-    table.with_progress(canonical_smiles, ["CCO"] * 200, "x")
+    chunked.joined(canonical_smiles, ["CCO"] * 200, description="x")
     assert terminal.getvalue() == "" and sys.stderr.getvalue() == ""
 
 
@@ -98,8 +97,8 @@ def test_quiet_console_draws_no_bar(monkeypatch):
     quiet = logging.StreamHandler(on_terminal(monkeypatch))
     quiet.setLevel(logging.WARNING)  # what setup_logging does for --quiet and ranks > 0
     monkeypatch.setattr(log, "handlers", [quiet])
-    monkeypatch.setattr(table, "PROGRESS_MIN_MOLECULES", 1)
-    assert not table.shows_progress(10**6)
+    monkeypatch.setattr(chunked, "PROGRESS_MIN_MOLECULES", 1)
+    assert not chunked.shows_progress(10**6)
 
 
 def test_molecule_data_draws_the_bar_and_keeps_its_digests(monkeypatch, small_csv, tmp_path):
@@ -107,8 +106,8 @@ def test_molecule_data_draws_the_bar_and_keeps_its_digests(monkeypatch, small_cs
     # an empty cache: the canonical SMILES are computed again, under the bar
     monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path / "empty cache"))
     terminal = on_terminal(monkeypatch)
-    monkeypatch.setattr(table, "PROGRESS_MIN_MOLECULES", 100)
-    monkeypatch.setattr(table, "PROGRESS_CHUNK", 64)
+    monkeypatch.setattr(chunked, "PROGRESS_MIN_MOLECULES", 100)
+    monkeypatch.setattr(chunked, "CHUNK", 64)
     assert molecule_data(small_csv).digests == without
     assert "canonical SMILES" in terminal.getvalue() and "200/200" in terminal.getvalue()
 
