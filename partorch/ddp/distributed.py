@@ -7,12 +7,15 @@ read at once and hides none of those steps.
 """
 
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 import hashlib
 import json
 import multiprocessing
 import os
+import sys
 import threading
 import time
+import types
 import uuid
 
 import torch
@@ -32,11 +35,27 @@ def available_cores():
 
 def map_in_processes(function, *iterables, workers):
     """function(*items) over the iterables zipped, in order, in a pool of `workers` processes,
-    yielded as they come. Spawned, not forked: the caller may hold threads (torch's, a process
-    group's), which a fork would copy mid-lock."""
+    yielded as they come; `function` must live in a module, not in the script. Spawned, not
+    forked: the caller may hold threads (torch's, a process group's), which a fork would copy
+    mid-lock."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        yield from pool.map(function, *iterables)
+        with _main_module_hidden():  # map() starts the processes
+            results = pool.map(function, *iterables)
+        yield from results
+
+
+@contextmanager
+def _main_module_hidden():
+    """A spawned process first imports the script that started its parent (for functions
+    defined there): a script that does its work outside `if __name__ == "__main__"` would run
+    it again in every process of the pool, and any script would cost them its imports."""
+    script = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = script
 
 
 def unique_memory_bytes():

@@ -27,8 +27,6 @@ def cached_strings(name, function, smiles, keep=True):
     name, one function (the key holds the name, not the function). With `keep` false, simply
     computed: for library calls that did not ask for the cache."""
     smiles = list(smiles)
-    if not keep:
-        return function(smiles)
     return kept_in_cache(
         cache_path("molecules", MOLECULES_FORMAT, name, smiles, suffix=".json"),
         lambda: function(smiles),
@@ -36,6 +34,7 @@ def cached_strings(name, function, smiles, keep=True):
         load=lambda path: json.loads(path.read_text()),
         fits=lambda strings: _strings_for(strings, len(smiles)),
         what=f"{len(smiles):,} molecules' {name}",
+        keep=keep,
     )
 
 

@@ -37,24 +37,24 @@ def pool_workers(count, chunk=None, least=None, most=None):
     return max(1, min(most, -(-count // chunk)))
 
 
-def in_chunks(function, items, *args, description, chunk=None, least=None, workers=None):
+def in_chunks(function, items, *args, description, chunk=None, least=None, most=None):
     """[function(items[i : i + chunk], *args) for each chunk], in order; `function` must be a
-    module's top-level function (a pool process imports it by name). From `least` items on,
-    over a pool of `workers` processes (see pool_workers), spawned, not forked, as
-    map_in_processes says. No items make one empty chunk: the caller gets function's own
-    empty result."""
+    module's top-level function, not the script's (a pool process imports it by name). From
+    `least` items on, over a pool of at most `most` processes (see pool_workers), spawned, not
+    forked, as map_in_processes says. No items make one empty chunk: the caller gets
+    function's own empty result."""
     chunk = chunk or CHUNK
     chunks = [items[i : i + chunk] for i in range(0, max(len(items), 1), chunk)]
-    workers = pool_workers(len(items), chunk, least, workers)
+    workers = pool_workers(len(items), chunk, least, most)
     if workers > 1:
-        log.info("%s: %d molecules over a pool of %d processes", description, len(items), workers)
+        log.info("%s: over a pool of %d processes", description, workers)
         repeated = ([argument] * len(chunks) for argument in args)
         results = map_in_processes(function, chunks, *repeated, workers=workers)
     else:
         results = (function(part, *args) for part in chunks)
     done = []
     with _progress(len(items), description) as advance:
-        for part, result in zip(chunks, results):
+        for part, result in zip(chunks, results, strict=True):  # strict: the pool ends here
             done.append(result)
             advance(len(part))
     return done

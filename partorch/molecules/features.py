@@ -123,7 +123,8 @@ def descriptor_names(kind):
 def raw_features(kind, smiles, names, cache=False):
     """[molecules, columns] of `kind` with the descriptors `names`: descriptors in float64 (NaN
     where RDKit cannot compute one), Morgan log counts in float16, both together in float32.
-    With `cache`, both come from the cache (see _descriptor_values and _morgan_values)."""
+    With `cache`, both come from the cache (see _descriptor_values and _morgan_values). Each
+    part parses its molecules itself: each is kept on its own, and one read back needs none."""
     descriptor_names(kind)  # an unknown kind stops here, with the choices
     parts = []
     if names:
@@ -161,8 +162,6 @@ def _descriptor_values(kind, smiles, names, cache):
         )
         return np.concatenate(parts)
 
-    if not cache:
-        return compute()
     return kept_in_cache(
         cache_path("features", FEATURES_FORMAT, described, smiles, list(names), suffix=".npy"),
         compute,
@@ -170,6 +169,7 @@ def _descriptor_values(kind, smiles, names, cache):
         load=np.load,
         fits=lambda values: values.dtype.kind == "f" and values.shape == (len(smiles), len(names)),
         what=f"{len(smiles):,} molecules' descriptors",
+        keep=cache,
     )
 
 
@@ -185,17 +185,15 @@ def _morgan_values(smiles, cache):
     def compute():
         return _joined(in_chunks(_nonzero_counts_of_smiles, smiles, description="Morgan counts"))
 
-    if not cache:
-        entries = compute()
-    else:
-        entries = kept_in_cache(
-            cache_path("features", FEATURES_FORMAT, "morgan", smiles, MORGAN_BITS, suffix=".npz"),
-            compute,
-            save=lambda arrays, file: np.savez(file, **arrays),
-            load=_load_npz,
-            fits=lambda arrays: _nonzero_fits(arrays, len(smiles)),
-            what=f"{len(smiles):,} molecules' Morgan counts",
-        )
+    entries = kept_in_cache(
+        cache_path("features", FEATURES_FORMAT, "morgan", smiles, MORGAN_BITS, suffix=".npz"),
+        compute,
+        save=lambda arrays, file: np.savez(file, **arrays),
+        load=_load_npz,
+        fits=lambda arrays: _nonzero_fits(arrays, len(smiles)),
+        what=f"{len(smiles):,} molecules' Morgan counts",
+        keep=cache,
+    )
     values = np.zeros((len(smiles), MORGAN_BITS), dtype=np.float16)
     molecules = np.repeat(np.arange(len(smiles)), np.diff(entries["starts"]))
     values[molecules, entries["bits"]] = _morgan(entries["counts"])
@@ -227,7 +225,7 @@ def _load_npz(path):
 
 
 def _nonzero_fits(arrays, molecules):
-    """Whether `arrays` are _nonzero's for `molecules` molecules (anything else is computed
+    """Whether `arrays` are _joined's for `molecules` molecules (anything else is computed
     again: negative or float indices would otherwise be read as indices)."""
     if set(arrays) != {"starts", "bits", "counts"}:
         return False

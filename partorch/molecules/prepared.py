@@ -171,7 +171,7 @@ def _build(source, out, options, workers):
     with timed(f"read {source}"):
         frame = read_frame(source)
         table = validate_frame(frame, source, options.smiles_column, options.label_columns, False)
-    chunks = _in_chunks(table.smiles, options, workers)
+    chunks = _tokenized_chunks(table.smiles, options, workers)
     written = [s for chunk in chunks for s in chunk.smiles]
     table, keep = _kept(table, written, options.max_smiles_length)
     tokenizer = _vocabulary(options, chunks)
@@ -240,7 +240,7 @@ class _Chunk:
     descriptors: np.ndarray = None
 
 
-def _in_chunks(smiles, options, workers):
+def _tokenized_chunks(smiles, options, workers):
     """`_tokenized_chunk` over chunks of `smiles`, in order, over a pool of `workers`
     processes for a big corpus."""
     canonical = options.smiles_form == "canonical"
@@ -253,7 +253,7 @@ def _in_chunks(smiles, options, workers):
             options.descriptors,
             description=what,
             chunk=CHUNK,
-            workers=workers,
+            most=workers,
         )
 
 

@@ -5,7 +5,7 @@ one does: `small_pools.py SCRIPT ARGS...`."""
 import runpy
 import sys
 
-if __name__ == "__main__":  # a spawned pool process imports this file again: not a second run
+if __name__ == "__main__":
     from partorch.molecules import chunked, features
 
     chunked.POOL_MIN_MOLECULES = features.DESCRIPTORS_POOL_MIN = 0

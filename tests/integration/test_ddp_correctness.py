@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 
 from helpers import (
     DDP,
@@ -11,6 +12,7 @@ from helpers import (
     SINGLE,
     error_lines,
     our_traceback,
+    run_command,
     run_script,
     with_flag,
 )
@@ -228,7 +230,7 @@ def test_pools_of_processes_give_the_start_up_one_process_gives(tmp_path, bbbp_s
         result = run_script(flags, nproc=2, env={"PARTORCH_CACHE": str(out) + "-cache"})
         assert result.returncode == 0, result.stderr[-3000:]
         logs = "".join((out / "logs" / f"rank{rank}.log").read_text() for rank in (0, 1))
-        pools = re.findall(r"\] INFO (.+): \d+ molecules over a pool of 2 processes", logs)
+        pools = re.findall(r"\] INFO (.+): over a pool of 2 processes", logs)
         history = json.loads((out / "metrics.json").read_text())["history"]
         runs.append(
             {
@@ -243,6 +245,26 @@ def test_pools_of_processes_give_the_start_up_one_process_gives(tmp_path, bbbp_s
     expected = ["Morgan counts", "canonical SMILES", "rdkit2d descriptors", "scaffolds"]
     assert pooled.pop("pools") == expected
     assert pooled == alone and len(alone["epochs"]) == 2
+
+
+UNGUARDED = """
+import sys
+from partorch.molecules import chunked
+from partorch.molecules.chem import canonical_smiles
+
+print("the script's work", flush=True)
+chunked.available_cores = lambda: 2
+print(chunked.joined(canonical_smiles, sys.argv[1:], description="d", chunk=2, least=0))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_script_without_a_main_guard_runs_its_work_once_beside_a_pool(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    result = run_command([sys.executable, script, "OCC", "c1ccccc1O", "C(C)O"], timeout=100)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["the script's work", "['CCO', 'Oc1ccccc1', 'CCO']"]
 
 
 @pytest.mark.timeout(120)

@@ -146,7 +146,7 @@ def test_a_cache_that_cannot_be_written_costs_the_run_nothing(monkeypatch, tmp_p
     assert "could not keep 6 molecules' descriptors in the cache" in caplog.text
 
 
-def test_a_pool_of_processes_computes_the_same_features(monkeypatch):
+def test_a_pool_of_processes_computes_the_same_features(monkeypatch, caplog):
     smiles = SMILES * 4
     monkeypatch.setattr(features_module, "DESCRIPTORS_POOL_MIN", 0)
     monkeypatch.setattr(chunked, "POOL_MIN_MOLECULES", 0)
@@ -154,7 +154,10 @@ def test_a_pool_of_processes_computes_the_same_features(monkeypatch):
     monkeypatch.setattr(chunked, "available_cores", lambda: 2)
     names = ["MolLogP", "Ipc", "TPSA"]
     assert chunked.pool_workers(len(smiles)) == 2
-    pooled = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
+    with caplog.at_level("INFO", logger="partorch"):
+        pooled = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
+    assert "rdkit2d-full descriptors: over a pool of 2 processes" in caplog.text
+    assert "Morgan counts: over a pool of 2 processes" in caplog.text
     monkeypatch.setattr(chunked, "available_cores", lambda: 1)  # the same, in this process
     alone = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
     assert pooled.shape == (len(smiles), 3 + MORGAN_BITS) and pooled.dtype == np.float32
