@@ -12,9 +12,9 @@ from ..ddp.distributed import available_cores, map_in_processes
 from ..ddp.logs import log
 
 # Below this many molecules one process finishes before a pool has started: a pool process
-# imports torch first (2 to 4 s on 2 cores, with the training script it is spawned from), and
-# canonical SMILES, scaffolds and Morgan counts take about 0.3 ms a molecule (RDKit's
-# descriptors take up to 10 ms: features.py pools those from fewer molecules).
+# imports partorch, and with it torch, first (seconds on 2 cores), and canonical SMILES,
+# scaffolds and Morgan counts take about 0.3 ms a molecule (RDKit's descriptors take up to
+# 10 ms: features.py pools those from fewer molecules).
 POOL_MIN_MOLECULES = 20_000
 # Molecules per task: seconds of work against the milliseconds of sending a chunk, and tasks
 # enough on HIV (41) to keep 16 processes busy to the end. Also the progress bar's step, so
