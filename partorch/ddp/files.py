@@ -88,7 +88,7 @@ def cache_root():
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "partorch"
 
 
-def kept_in_cache(path, compute, *, save, load, fits, what, keep=True):
+def kept_in_cache(path, compute, *, save, load, fits, what):
     """compute(), kept at `path` for later runs. A whole file is read without waiting (it is
     written atomically), so the ranks of a node read at once, and a cache others filled is read
     even where this user cannot write. On a miss, whichever process of the node takes the lock
@@ -96,9 +96,7 @@ def kept_in_cache(path, compute, *, save, load, fits, what, keep=True):
     reads, fits(value) says whether what was read is whole: a damaged file, or one of another
     size, is computed again and replaced. A cache that cannot be written or locked (a full
     disk, a read-only home) costs the run nothing but the time. `what` names the value in
-    the log. With `keep` false, simply compute(): for callers that did not ask for the cache."""
-    if not keep:
-        return compute()
+    the log."""
     value = _load_kept(path, load, fits, what, quiet=True)
     if value is not None:
         log.info("read %s from %s", what, path)

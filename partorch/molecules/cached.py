@@ -22,19 +22,32 @@ def cache_path(folder, file_format, name, smiles, *parts, suffix):
     return cache_root() / folder / f"{name.replace(' ', '-')}-{key[:16]}{suffix}"
 
 
+def kept(compute, keep, *key, suffix, **how):
+    """compute(), kept in the cache at cache_path(*key) with `keep` (`how`: kept_in_cache's
+    save, load, fits and what); without it simply computed, and no key (a digest of every
+    SMILES) is built: for library calls that did not ask for the cache."""
+    if not keep:
+        return compute()
+    return kept_in_cache(cache_path(*key, suffix=suffix), compute, **how)
+
+
 def cached_strings(name, function, smiles, keep=True):
     """function(smiles), one string (or None) per molecule, kept in the cache as `name`: one
     name, one function (the key holds the name, not the function). With `keep` false, simply
     computed: for library calls that did not ask for the cache."""
     smiles = list(smiles)
-    return kept_in_cache(
-        cache_path("molecules", MOLECULES_FORMAT, name, smiles, suffix=".json"),
+    return kept(
         lambda: function(smiles),
+        keep,
+        "molecules",
+        MOLECULES_FORMAT,
+        name,
+        smiles,
+        suffix=".json",
         save=lambda strings, file: file.write(json.dumps(strings).encode()),
         load=lambda path: json.loads(path.read_text()),
         fits=lambda strings: _strings_for(strings, len(smiles)),
         what=f"{len(smiles):,} molecules' {name}",
-        keep=keep,
     )
 
 

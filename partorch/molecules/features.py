@@ -23,8 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..ddp.errors import PartorchError
-from ..ddp.files import kept_in_cache
-from .cached import cache_path
+from .cached import kept
 from .chem import (
     DESCRIPTORS,
     all_descriptor_names,
@@ -162,14 +161,19 @@ def _descriptor_values(kind, smiles, names, cache):
         )
         return np.concatenate(parts)
 
-    return kept_in_cache(
-        cache_path("features", FEATURES_FORMAT, described, smiles, list(names), suffix=".npy"),
+    return kept(
         compute,
+        cache,
+        "features",
+        FEATURES_FORMAT,
+        described,
+        smiles,
+        list(names),
+        suffix=".npy",
         save=lambda values, file: np.save(file, values),
         load=np.load,
         fits=lambda values: values.dtype.kind == "f" and values.shape == (len(smiles), len(names)),
         what=f"{len(smiles):,} molecules' descriptors",
-        keep=cache,
     )
 
 
@@ -185,14 +189,19 @@ def _morgan_values(smiles, cache):
     def compute():
         return _joined(in_chunks(_nonzero_counts_of_smiles, smiles, description="Morgan counts"))
 
-    entries = kept_in_cache(
-        cache_path("features", FEATURES_FORMAT, "morgan", smiles, MORGAN_BITS, suffix=".npz"),
+    entries = kept(
         compute,
+        cache,
+        "features",
+        FEATURES_FORMAT,
+        "morgan",
+        smiles,
+        MORGAN_BITS,
+        suffix=".npz",
         save=lambda arrays, file: np.savez(file, **arrays),
         load=_load_npz,
         fits=lambda arrays: _nonzero_fits(arrays, len(smiles)),
         what=f"{len(smiles):,} molecules' Morgan counts",
-        keep=cache,
     )
     values = np.zeros((len(smiles), MORGAN_BITS), dtype=np.float16)
     molecules = np.repeat(np.arange(len(smiles)), np.diff(entries["starts"]))
