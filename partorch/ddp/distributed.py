@@ -33,6 +33,32 @@ def available_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+# True while every process of the node does the same work at once (the cache's lock could not be
+# taken): a pool of pool_cores() then takes this process's share of the cores, not all of them.
+_every_local_process_computes = False
+
+
+def pool_cores():
+    """Cores a pool of this process may take: all the node's for the one process the cache's
+    lock lets compute while the others wait; its share where every process of the node
+    computes at once (LOCAL_WORLD_SIZE, set by torchrun, processes)."""
+    cores = available_cores()
+    if not _every_local_process_computes:
+        return cores
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
+@contextmanager
+def every_local_process_computes():
+    """Marks work that every process of the node does at once: see pool_cores."""
+    global _every_local_process_computes
+    before, _every_local_process_computes = _every_local_process_computes, True
+    try:
+        yield
+    finally:
+        _every_local_process_computes = before
+
+
 def map_in_processes(function, *iterables, workers):
     """function(*items) over the iterables zipped, in order, in a pool of `workers` processes,
     yielded as they come; `function` must live in a module, not in the script. Spawned, not

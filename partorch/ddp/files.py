@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from .distributed import every_local_process_computes
 from .logs import log
 
 
@@ -107,7 +108,8 @@ def kept_in_cache(path, compute, *, save, load, fits, what):
             locked.enter_context(node_lock(path.with_name(f".{path.name}.lock")))
         except OSError as exc:
             log.warning("could not use the cache for %s: %s", what, exc)
-            return compute()
+            with every_local_process_computes():  # no lock: the node's processes all compute
+                return compute()
         value = _load_kept(path, load, fits, what)  # another process may have written it
         if value is not None:
             log.info("read %s from %s", what, path)

@@ -2,13 +2,14 @@
 Morgan counts, a prepared corpus's tokens), chunk by chunk: in this process for a small set,
 over a pool of the node's cores for a large one, and under a progress bar on rank 0's
 terminal. With the cache (molecules/cached.py), one process of the node does this work and
-the others wait for it, so it may take every core."""
+the others wait for it, so it may take every core; where the cache cannot be locked, every
+process does it, each over its share of the cores (distributed.pool_cores)."""
 
 from contextlib import contextmanager
 import logging
 import os
 
-from ..ddp.distributed import available_cores, map_in_processes
+from ..ddp.distributed import map_in_processes, pool_cores
 from ..ddp.logs import log
 
 # Below this many molecules one process finishes before a pool has started: a pool process
@@ -29,11 +30,11 @@ PROGRESS_MIN_MOLECULES = 10_000
 def pool_workers(count, chunk=None, least=None, most=None):
     """How many processes work on `count` molecules in chunks of `chunk` (default CHUNK) from
     `least` molecules on (default POOL_MIN_MOLECULES); 1: this one. At most `most`, by default
-    the node's cores up to MAX_WORKERS."""
+    the cores this process may take (pool_cores) up to MAX_WORKERS."""
     chunk, least = chunk or CHUNK, POOL_MIN_MOLECULES if least is None else least
     if count < least:
         return 1
-    most = most or min(available_cores(), MAX_WORKERS)
+    most = most or min(pool_cores(), MAX_WORKERS)
     return max(1, min(most, -(-count // chunk)))
 
 

@@ -10,6 +10,6 @@ if __name__ == "__main__":
 
     chunked.POOL_MIN_MOLECULES = features.DESCRIPTORS_POOL_MIN = 0
     chunked.CHUNK = 50
-    chunked.available_cores = lambda: 2
+    chunked.pool_cores = lambda: 2
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -253,7 +253,7 @@ from partorch.molecules import chunked
 from partorch.molecules.chem import canonical_smiles
 
 print("the script's work", flush=True)
-chunked.available_cores = lambda: 2
+chunked.pool_cores = lambda: 2
 print(chunked.joined(canonical_smiles, sys.argv[1:], description="d", chunk=2, least=0))
 """
 

@@ -5,13 +5,14 @@ import os
 from helpers import chunk_report
 import pytest
 
+from partorch.ddp import distributed
 from partorch.molecules import chunked
 from partorch.molecules.chem import canonical_smiles
 
 
 @pytest.fixture
 def two_cores(monkeypatch):
-    monkeypatch.setattr(chunked, "available_cores", lambda: 2)
+    monkeypatch.setattr(chunked, "pool_cores", lambda: 2)
 
 
 def test_small_inputs_stay_in_this_process_chunk_by_chunk(two_cores):
@@ -32,7 +33,7 @@ def test_pool_size_follows_the_molecules_the_cores_and_the_cap(monkeypatch, two_
     assert chunked.pool_workers(19_999) == 1  # below POOL_MIN_MOLECULES
     assert chunked.pool_workers(20_000) == 2
     assert chunked.pool_workers(50, chunk=50, least=0) == 1  # one chunk: one process
-    monkeypatch.setattr(chunked, "available_cores", lambda: 64)
+    monkeypatch.setattr(chunked, "pool_cores", lambda: 64)
     assert chunked.pool_workers(10**6) == chunked.MAX_WORKERS
     assert chunked.pool_workers(10**6, most=40) == 40  # prepare_data.py --workers 40
 
@@ -40,3 +41,16 @@ def test_pool_size_follows_the_molecules_the_cores_and_the_cap(monkeypatch, two_
 def test_no_items_give_the_function_s_own_empty_result():
     assert chunked.in_chunks(chunk_report, [], description="d") == [[(os.getpid(), 0, ())]]
     assert chunked.joined(canonical_smiles, [], description="d") == []
+
+
+def test_a_pool_takes_this_process_s_share_of_the_cores_when_every_process_computes(
+    monkeypatch,
+):
+    monkeypatch.setattr(distributed, "available_cores", lambda: 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    assert chunked.pool_workers(10**6) == 8  # the one process the cache's lock lets compute
+    with distributed.every_local_process_computes():
+        assert chunked.pool_workers(10**6) == 2  # 8 cores, 3 processes computing at once
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
+        assert chunked.pool_workers(10**6) == 1
+    assert chunked.pool_workers(10**6) == 8

@@ -151,14 +151,14 @@ def test_a_pool_of_processes_computes_the_same_features(monkeypatch, caplog):
     monkeypatch.setattr(features_module, "DESCRIPTORS_POOL_MIN", 0)
     monkeypatch.setattr(chunked, "POOL_MIN_MOLECULES", 0)
     monkeypatch.setattr(chunked, "CHUNK", 5)  # 5 tasks, the last of 4 molecules
-    monkeypatch.setattr(chunked, "available_cores", lambda: 2)
+    monkeypatch.setattr(chunked, "pool_cores", lambda: 2)
     names = ["MolLogP", "Ipc", "TPSA"]
     assert chunked.pool_workers(len(smiles)) == 2
     with caplog.at_level("INFO", logger="partorch"):
         pooled = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
     assert "rdkit2d-full descriptors: over a pool of 2 processes" in caplog.text
     assert "Morgan counts: over a pool of 2 processes" in caplog.text
-    monkeypatch.setattr(chunked, "available_cores", lambda: 1)  # the same, in this process
+    monkeypatch.setattr(chunked, "pool_cores", lambda: 1)  # the same, in this process
     alone = features_module.raw_features("rdkit2d-full+morgan", smiles, names)
     assert pooled.shape == (len(smiles), 3 + MORGAN_BITS) and pooled.dtype == np.float32
     assert np.array_equal(pooled, alone, equal_nan=True) and np.isnan(pooled[4, :3]).all()

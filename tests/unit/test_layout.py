@@ -15,7 +15,8 @@ PACKAGE = ROOT / "partorch"
 LAYERS = [
     {"ddp.errors"},
     {"ddp.logs"},
-    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.files", "ddp.preemption"},
+    {"ddp.distributed", "ddp.data", "ddp.sampler", "ddp.preemption"},
+    {"ddp.files"},
     {"ddp.loaders", "ddp.checkpoint", "ddp.plots", "ddp.evaluation"}
     | {"ddp.config", "ddp.html_report"},
     {"ddp.run_dir", "ddp.report", "ddp.flags"},

@@ -4,9 +4,9 @@ by later runs and the other processes of a node; a damaged or unwritable cache c
 from helpers import count_calls, python_at_once
 import pytest
 
-from partorch.ddp import files
+from partorch.ddp import distributed, files
 from partorch.molecules import cached as cached_module
-from partorch.molecules import chem
+from partorch.molecules import chem, chunked
 from partorch.molecules.cached import cached_strings
 from partorch.molecules.chem import canonical_smiles, scaffold_smiles
 from partorch.molecules.splits import scaffold_groups
@@ -64,6 +64,28 @@ def test_a_cache_that_cannot_be_made_costs_the_run_nothing(monkeypatch, tmp_path
         written = cached_strings("scaffolds", scaffold_smiles, SMILES[:3])
     assert written == ["", "c1ccccc1", "c1ccccc1"]  # ethanol has no ring
     assert "could not use the cache for 3 molecules' scaffolds" in caplog.text
+
+
+def test_without_the_cache_s_lock_each_process_pools_over_its_share_of_the_cores(
+    monkeypatch, tmp_path, caplog
+):
+    monkeypatch.setattr(distributed, "available_cores", lambda: 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # a node of 2 cores and 2 ranks
+    monkeypatch.setattr(chunked, "POOL_MIN_MOLECULES", 0)
+    monkeypatch.setattr(chunked, "CHUNK", 100)
+    smiles = [s for s in SMILES if s != "not a molecule"] * 100
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("PARTORCH_CACHE", str(not_a_folder))
+    with caplog.at_level("INFO", logger="partorch"):
+        alone = scaffold_groups(smiles, cache=True)  # both ranks compute: a core each
+    assert "could not use the cache for 400 molecules' scaffolds" in caplog.text
+    assert "over a pool" not in caplog.text
+    monkeypatch.setenv("PARTORCH_CACHE", str(tmp_path))
+    with caplog.at_level("INFO", logger="partorch"):
+        pooled = scaffold_groups(smiles, cache=True)  # the other rank would wait on the lock
+    assert "scaffolds: over a pool of 2 processes" in caplog.text
+    assert pooled == alone
 
 
 def test_a_table_and_its_scaffold_groups_read_back_are_the_ones_computed(
