@@ -42,10 +42,14 @@ def pool_cores():
     """Cores a pool of this process may take: all the node's for the one process the cache's
     lock lets compute while the others wait; its share where every process of the node
     computes at once (LOCAL_WORLD_SIZE, set by torchrun, processes)."""
-    cores = available_cores()
     if not _every_local_process_computes:
-        return cores
-    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        return available_cores()
+    return share_of_cores(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
+def share_of_cores(processes):
+    """One process's share of the node's cores when `processes` split them: at least one."""
+    return max(1, available_cores() // processes)
 
 
 @contextmanager
@@ -99,7 +103,7 @@ def unique_memory_bytes():
 def set_cpu_threads(processes_on_this_host, threads=None):
     """Split the cores between the processes of this host (oversubscribed
     threads spin against each other and run slower than fewer threads)."""
-    torch.set_num_threads(threads or max(1, available_cores() // processes_on_this_host))
+    torch.set_num_threads(threads or share_of_cores(processes_on_this_host))
 
 
 def rendezvous(timeout):
