@@ -56,10 +56,15 @@ def test_a_damaged_file_is_computed_again_and_replaced(monkeypatch, tmp_path, da
     assert cached_strings("canonical SMILES", lambda s: pytest.fail("computed"), SMILES) == written
 
 
-def test_a_cache_that_cannot_be_made_costs_the_run_nothing(monkeypatch, tmp_path, caplog):
+def cache_in_a_file(monkeypatch, tmp_path):
+    """Points the cache at a file: no folder, no lock, as on a read-only home."""
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")
     monkeypatch.setenv("PARTORCH_CACHE", str(not_a_folder))
+
+
+def test_a_cache_that_cannot_be_made_costs_the_run_nothing(monkeypatch, tmp_path, caplog):
+    cache_in_a_file(monkeypatch, tmp_path)
     with caplog.at_level("WARNING", logger="partorch"):
         written = cached_strings("scaffolds", scaffold_smiles, SMILES[:3])
     assert written == ["", "c1ccccc1", "c1ccccc1"]  # ethanol has no ring
@@ -74,9 +79,7 @@ def test_without_the_cache_s_lock_each_process_pools_over_its_share_of_the_cores
     monkeypatch.setattr(chunked, "POOL_MIN_MOLECULES", 0)
     monkeypatch.setattr(chunked, "CHUNK", 100)
     smiles = [s for s in SMILES if s != "not a molecule"] * 100
-    not_a_folder = tmp_path / "file"
-    not_a_folder.write_text("")
-    monkeypatch.setenv("PARTORCH_CACHE", str(not_a_folder))
+    cache_in_a_file(monkeypatch, tmp_path)
     with caplog.at_level("INFO", logger="partorch"):
         alone = scaffold_groups(smiles, cache=True)  # both ranks compute: a core each
     assert "could not use the cache for 400 molecules' scaffolds" in caplog.text
