@@ -156,7 +156,9 @@ def test_a_chunk_parses_each_molecule_once_for_its_smiles_and_descriptors(monkey
 
     parse = Chem.MolFromSmiles
     parsed = []
-    monkeypatch.setattr(Chem, "MolFromSmiles", lambda s: parsed.append(s) or parse(s))
+    monkeypatch.setattr(
+        Chem, "MolFromSmiles", lambda s, *how, **more: parsed.append(s) or parse(s, *how, **more)
+    )
     given = ["OCC", "C1=CC=CC=C1O", "C1CC", "CCCCCC"]
     chunk = prepared._tokenized_chunk(given, True, ("MolWt", "NumHDonors"))
     assert sorted(parsed) == sorted(given)  # once a molecule, for its SMILES and descriptors

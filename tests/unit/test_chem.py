@@ -1,0 +1,86 @@
+"""parsed_molecules: RDKit's own parse, for less work where that changes nothing."""
+
+import numpy as np
+import pytest
+
+from partorch.molecules.chem import (
+    DESCRIPTORS,
+    canonical_of,
+    descriptors_of,
+    fingerprints_of,
+    parsed_molecules,
+)
+
+# Each kind of SMILES the short path and the whole parse divide: hydrogen atoms (plain,
+# isotopic, charged, H2) and elements whose symbol starts with H; stereo marks; charges, metals
+# and a dative bond (HIV holds such); radicals, atom maps, aromatic nitrogen's hydrogen; and
+# what RDKit refuses (valence, kekulization, syntax), an empty string and unreadable ones.
+SMILES = [
+    "[H]N=c1cc[nH]cc1",
+    "[2H]C([2H])([2H])O",
+    "[H+]",
+    "[HH]",
+    "CC[Hg]Cl",
+    "[He]",
+    "F[Hf](F)(F)F",
+    "C[C@H](N)C(=O)O",
+    "C[C@@]1(O)CCCC[C@H]1N",
+    "F/C=C/F",
+    "F\\C=C/Cl",
+    "[Na+].[Cl-]",
+    "CN(=O)=O",
+    "C[N+](C)(C)C.[O-]S(=O)(=O)C",
+    "N->[Pt+2]<-N",
+    "[CH2]C",
+    "[CH3:1][OH:2]",
+    "c1cc[nH]c1",
+    "Cn1cnc2c1c(=O)n(C)c(=O)n2C",
+    "C(C)(C)(C)(C)C",
+    "c1ccc1",
+    "c1cccc1",
+    "C1CC",
+    "CC(",
+    "",
+    "C C",
+    "CCé",
+    "C\tC",
+    "C\x01C",
+]
+
+
+def reference(smiles):
+    from rdkit import Chem
+
+    return [
+        Chem.MolFromSmiles(s) if s.isascii() and s.isprintable() and " " not in s else None
+        for s in smiles
+    ]
+
+
+@pytest.mark.unit
+def test_parsed_molecules_are_rdkits_own_parse():
+    ours, theirs = parsed_molecules(SMILES), reference(SMILES)
+    assert [m is None for m in ours] == [m is None for m in theirs]
+    assert sum(m is None for m in ours) == 8  # valence, kekulization, 2 syntax, 4 unreadable
+    assert canonical_of(ours) == canonical_of(theirs)
+    assert canonical_of(ours)[:4] == ["N=c1cc[nH]cc1", "[2H]C([2H])([2H])O", "[H+]", "[HH]"]
+    np.testing.assert_array_equal(
+        fingerprints_of(ours, counts=True), fingerprints_of(theirs, counts=True)
+    )
+    np.testing.assert_array_equal(descriptors_of(ours, DESCRIPTORS), descriptors_of(theirs))
+
+
+@pytest.mark.unit
+def test_only_hydrogen_atoms_and_stereo_take_the_whole_parse(monkeypatch):
+    from rdkit import Chem
+
+    parse, whole = Chem.MolFromSmiles, []
+
+    def counted(smiles, *args, **kwargs):
+        if not args and not kwargs:
+            whole.append(smiles)
+        return parse(smiles, *args, **kwargs)
+
+    monkeypatch.setattr(Chem, "MolFromSmiles", counted)
+    parsed_molecules(["CCO", "CC[Hg]Cl", "[He]", "[H]OC", "[2H]C", "C[C@H](N)O", "F/C=C/F"])
+    assert whole == ["[H]OC", "[2H]C", "C[C@H](N)O", "F/C=C/F"]
