@@ -38,8 +38,10 @@ def _parsed(Chem, smiles):
     """Chem.MolFromSmiles(smiles), the same molecule for less work where it can be: RDKit's
     parse sanitizes, then removes hydrogen atoms (sanitizing once more) and perceives stereo.
     A SMILES with neither hydrogen atoms nor stereo marks, as most are, gets from those two
-    steps nothing but their cost, about a tenth of preparing MOSES."""
-    if _NEEDS_WHOLE_PARSE.search(smiles):
+    steps nothing but their cost, about a tenth of preparing MOSES. (Its molecule does not say
+    that stereo is perceived, as MolFromSmiles's do: RDKit perceives it where it is needed, in
+    writing a SMILES or counting stereocentres. Saying so would skip that, and miscount.)"""
+    if not smiles or _NEEDS_WHOLE_PARSE.search(smiles):
         return Chem.MolFromSmiles(smiles)
     mol = Chem.MolFromSmiles(smiles, sanitize=False)
     if mol is None:
@@ -66,10 +68,10 @@ def canonical_of(molecules):
 def scaffold_smiles(smiles):
     """Each molecule's Bemis-Murcko scaffold, without stereo, as SMILES ("" for one with no
     ring). Every SMILES must parse."""
-    Chem = _rdkit()
+    _rdkit()
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    return [MurckoScaffold.MurckoScaffoldSmiles(mol=Chem.MolFromSmiles(s)) for s in smiles]
+    return [MurckoScaffold.MurckoScaffoldSmiles(mol=mol) for mol in parsed_molecules(smiles)]
 
 
 def morgan_fingerprints(smiles, radius=2, bits=2048, counts=False):
@@ -169,7 +171,7 @@ def random_smiles(smiles_list, rng):
     Chem = _rdkit()
     out = []
     for s in smiles_list:
-        mol = Chem.MolFromSmiles(s)
+        mol = _parsed(Chem, s)
         if mol is None or mol.GetNumAtoms() == 0:
             out.append(s)
             continue
