@@ -8,7 +8,8 @@ import numpy as np
 
 from ..ddp.errors import PartorchError
 
-# What RDKit cannot read as a molecule: it stops at the first space or non-ASCII character.
+# What RDKit does not read as one molecule: a space (the rest is a name to it), a control or a
+# non-ASCII character.
 _UNREADABLE = re.compile(r"[^\x21-\x7e]")
 # What only RDKit's whole parse handles: a hydrogen atom ([H], [2H], [H+]: not Hg, He, Hf, Ho,
 # Hs) for it to remove, and stereo marks for it to perceive.
