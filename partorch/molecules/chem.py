@@ -39,7 +39,7 @@ def _parsed(Chem, smiles):
     """Chem.MolFromSmiles(smiles), the same molecule for less work where it can be: RDKit's
     parse sanitizes, then removes hydrogen atoms (sanitizing once more) and perceives stereo.
     A SMILES with neither hydrogen atoms nor stereo marks, as most are, gets from those two
-    steps nothing but their cost, about a tenth of preparing MOSES. (Its molecule does not say
+    steps nothing but their cost: 7 % of canonicalising MOSES. (Its molecule does not say
     that stereo is perceived, as MolFromSmiles's do: RDKit perceives it where it is needed, in
     writing a SMILES or counting stereocentres. Saying so would skip that, and miscount.)"""
     if not smiles or _NEEDS_WHOLE_PARSE.search(smiles):

@@ -12,15 +12,17 @@ from partorch.molecules.chem import (
 )
 
 # Each kind of SMILES the short path and the whole parse divide: hydrogen atoms (plain,
-# isotopic, charged, H2) and elements whose symbol starts with H; a stereocentre left
-# unspecified (counting it needs stereo perceived), and stereo marks; charges, metals and a
-# dative bond (HIV holds such); radicals, atom maps, aromatic nitrogen's hydrogen; and what
-# RDKit refuses (valence, kekulization, syntax), an empty string and unreadable ones.
+# isotopic, charged, H2), another isotope and elements whose symbol starts with H; a
+# stereocentre left unspecified (counting it needs stereo perceived), and stereo marks;
+# charges, metals and a dative bond (HIV holds such); radicals, atom maps, aromatic nitrogen's
+# hydrogen; and what RDKit refuses (valence, kekulization, syntax), an empty string and
+# unreadable ones.
 SMILES = [
     "[H]N=c1cc[nH]cc1",
     "[2H]C([2H])([2H])O",
     "[H+]",
     "[HH]",
+    "[13CH3]C(=O)O",
     "CC[Hg]Cl",
     "[He]",
     "F[Hf](F)(F)F",
