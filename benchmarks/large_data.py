@@ -106,7 +106,8 @@ def add_arguments(parser):
         nargs=3,
         default=[128, 128, 3],
         metavar=("EMBEDDING", "D_MODEL", "LAYERS"),
-        help="the bidirectional LSTM encoder (default: 128 128 3, pretrain_ddp.py's)",
+        help="the bidirectional LSTM encoder (default: 128 128 3; pretrain_ddp.py's own default "
+        "is 128 64 2)",
     )
     add(
         "--large-eval-molecules",
