@@ -261,7 +261,7 @@ def _tokenized_chunk(smiles, canonical, descriptors=()):
     """RDKit's canonical SMILES of a chunk (or, when not `canonical`, a parse check), split
     into tokens, and the `descriptors` of each molecule: the slow part of preparing, done
     in a pool process."""
-    molecules = parsed_molecules(smiles)
+    molecules = parsed_molecules(smiles, only_written=not descriptors)
     written = canonical_of(molecules)
     values = descriptors_of(molecules, descriptors) if descriptors else None
     if not canonical:

@@ -1,4 +1,5 @@
-"""parsed_molecules: RDKit's own parse, for less work where that changes nothing."""
+"""parsed_molecules: RDKit's own parse, for less work where that changes nothing, and for
+less still where the molecules are only written as SMILES."""
 
 import numpy as np
 import pytest
@@ -6,9 +7,11 @@ import pytest
 from partorch.molecules.chem import (
     all_descriptor_names,
     canonical_of,
+    canonical_smiles,
     descriptors_of,
     fingerprints_of,
     parsed_molecules,
+    random_smiles,
 )
 
 # Each kind of SMILES the short path and the whole parse divide: hydrogen atoms (plain,
@@ -89,3 +92,41 @@ def test_only_hydrogen_atoms_and_stereo_take_the_whole_parse(monkeypatch):
     monkeypatch.setattr(Chem, "MolFromSmiles", counted)
     parsed_molecules(["CCO", "CC[Hg]Cl", "[He]", "[H]OC", "[2H]C", "C[C@H](N)O", "F/C=C/F"])
     assert whole == ["[H]OC", "[2H]C", "C[C@H](N)O", "F/C=C/F"]
+
+
+def reference_random(smiles, rng):
+    from rdkit import Chem
+
+    written = []
+    for s, mol in zip(smiles, reference(smiles)):
+        if mol is None or mol.GetNumAtoms() == 0:
+            written.append(s)
+            continue
+        order = rng.permutation(mol.GetNumAtoms()).tolist()
+        written.append(Chem.MolToSmiles(Chem.RenumberAtoms(mol, order), canonical=False))
+    return written
+
+
+@pytest.mark.unit
+def test_molecules_only_written_write_as_rdkits_own():
+    ours, theirs = parsed_molecules(SMILES, only_written=True), reference(SMILES)
+    assert [m is None for m in ours] == [m is None for m in theirs]
+    assert canonical_of(ours) == canonical_of(theirs) == canonical_smiles(SMILES)
+    for seed in range(5):
+        assert random_smiles(SMILES, np.random.default_rng(seed)) == reference_random(
+            SMILES, np.random.default_rng(seed)
+        )
+
+
+@pytest.mark.unit
+def test_only_written_skips_what_only_descriptors_read():
+    from rdkit import Chem
+
+    unspecified = Chem.HybridizationType.UNSPECIFIED
+    written, described = (
+        parsed_molecules(["CC=O", "C[C@H](N)O"], only_written=True),
+        parsed_molecules(["CC=O"]),
+    )
+    assert written[0].GetAtomWithIdx(1).GetHybridization() == unspecified
+    assert described[0].GetAtomWithIdx(1).GetHybridization() == Chem.HybridizationType.SP2
+    assert written[1].GetAtomWithIdx(1).GetHybridization() != unspecified  # stereo: whole parse
