@@ -191,9 +191,8 @@ def random_smiles(smiles_list, rng):
     renumbered by `rng`, so the result depends only on the generator's seed.
     A string RDKit cannot parse is returned unchanged."""
     Chem = _rdkit()
-    ops, out = _sanitize_ops(Chem, only_written=True), []
-    for s in smiles_list:
-        mol = None if _UNREADABLE.search(s) else _parsed(Chem, s, ops)
+    out = []
+    for s, mol in zip(smiles_list, parsed_molecules(smiles_list, only_written=True)):
         if mol is None or mol.GetNumAtoms() == 0:
             out.append(s)
             continue
