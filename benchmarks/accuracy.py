@@ -186,6 +186,13 @@ RECIPES["pretrained-rdkit2d-morgan-wd5e-2-augment-long"] = [
 RECIPES["pretrained-rdkit2dfull-morgan-augment-long"] = _with_features(
     "pretrained-features-augment-long", "rdkit2d-full+morgan"
 )
+# the preset with a head 8 times as wide: its hidden layer (the encoder's 64 units) reads the
+# 128-wide encoding and 2,265 features, where the forest splits on any of 2,048 bits
+RECIPES["pretrained-rdkit2dfull-morgan-head512-augment-long"] = [
+    *RECIPES["pretrained-rdkit2dfull-morgan-augment-long"],
+    "--head-size",
+    "512",
+]
 CLASSIFICATION_RECIPES = {"large-weighted"}  # planned on classification data sets only
 # The training scripts' --preset NAME is this recipe (a test keeps their flags the same): the
 # recipe's rows are the preset's figures. Chosen by mean dev score, never test's.

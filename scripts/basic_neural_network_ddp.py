@@ -58,7 +58,7 @@ def build_model(args, data, device):
                    d_model=args.d_model, num_layers=args.num_layers, dropout=args.dropout,
                    bidirectional=args.bidirectional, num_outputs=len(data.task.output_columns),
                    extra_features=data.train.feature_count,
-                   feature_dropout=args.feature_dropout)
+                   feature_dropout=args.feature_dropout, head_size=args.head_size)
     return molecules.rnn_predictor(hparams, data.train.tokenizer, args.init_from, device)
 # ========================================= END ADAPT =========================================
 

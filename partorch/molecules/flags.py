@@ -198,6 +198,13 @@ def add_rnn_flags(model):
         help="dropout between layers and in the head",
     )
     add(
+        "--head-size",
+        type=FlagParser.positive(int),
+        metavar="UNITS",
+        help="hidden units of the head that reads the encoding (and --extra-features); "
+        "default: --d-model (the encoder's with --init-from)",
+    )
+    add(
         "--feature-dropout",
         type=FlagParser.fraction,
         default=0.0,

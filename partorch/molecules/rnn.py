@@ -167,11 +167,12 @@ class RNNEncoder(nn.Module):
 class RNNPredictor(RNNEncoder):
     """The encoder, then a small MLP head: one output per task. With `extra_features` (k),
     the head reads k computed features of each molecule beside the encoding, each dropped
-    with probability `feature_dropout` in training."""
+    with probability `feature_dropout` in training. `head_size`: the head's hidden units
+    (default: the encoder's hidden size)."""
 
     def __init__(
         self, vocab_size, *, num_outputs=1, extra_features=0, feature_dropout=0.0, dropout=0.2,
-        **encoder,
+        head_size=None, **encoder,
     ):  # fmt: skip
         super().__init__(vocab_size, dropout=dropout, **encoder)
         if feature_dropout and not extra_features:  # a flag that would silently do nothing
@@ -184,12 +185,12 @@ class RNNPredictor(RNNEncoder):
         # training molecules by their rare environments within a few epochs; without any one
         # of them it must spread its weight, as each tree of a random forest sees a subset.
         self.feature_dropout = nn.Dropout(feature_dropout)
-        d_model = self.lstm.hidden_size
+        head_size = head_size or self.lstm.hidden_size
         self.head = nn.Sequential(
-            nn.Linear(self.output_size + extra_features, d_model),
+            nn.Linear(self.output_size + extra_features, head_size),
             nn.ReLU(),
             nn.Dropout(dropout),
-            nn.Linear(d_model, num_outputs),
+            nn.Linear(head_size, num_outputs),
         )
 
     def forward(self, tokens, lengths, features=None):

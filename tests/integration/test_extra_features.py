@@ -20,6 +20,7 @@ PREDICT = ROOT / "scripts" / "predict.py"
 def featured_run(tmp_path_factory, bbbp_subset):
     out = tmp_path_factory.mktemp("features") / "run"
     flags = [*FAST_FLAGS, "--extra-features", "rdkit2d", "--feature-dropout", "0.3"]
+    flags += ["--head-size", "24"]  # not the hidden size: predict.py must build this head
     flags += ["--output-dir", out]
     result = run_script([DDP, bbbp_subset, *flags], nproc=2)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -51,6 +52,7 @@ def test_predict_computes_the_features_the_model_was_trained_with(
     assert hparams["extra_features"] == "rdkit2d"
     assert hparams["model"]["extra_features"] == len(DESCRIPTORS)
     assert hparams["model"]["feature_dropout"] == 0.3  # training only: predict.py drops none
+    assert hparams["model"]["head_size"] == 24 != hparams["model"]["d_model"]
     frame, path = _test_rows(featured_run, bbbp_subset, tmp_path)
     predicted = _predict(featured_run, path, tmp_path / "p.csv")
     own = json.loads((featured_run / "metrics.json").read_text())["test_roc_auc"]

@@ -225,6 +225,16 @@ def test_the_head_reads_the_features_beside_the_encoding():
         model(tokens, lengths, torch.zeros(2, 2))
 
 
+def test_head_size_sets_the_heads_hidden_units_and_defaults_to_the_hidden_size():
+    sizes = dict(embedding_dim=8, d_model=6, num_layers=1)
+    default = RNNPredictor(10, extra_features=3, **sizes)
+    assert default.head[0].weight.shape == (6, 2 * 6 + 3)
+    wide = RNNPredictor(10, extra_features=3, head_size=40, num_outputs=2, **sizes)
+    assert wide.head[0].weight.shape == (40, 2 * 6 + 3) and wide.head[-1].weight.shape == (2, 40)
+    tokens, lengths = torch.tensor([[2, 3, 4]]), torch.tensor([3])
+    assert wide.eval()(tokens, lengths, torch.zeros(1, 3)).shape == (1, 2)
+
+
 def test_feature_dropout_zeroes_single_features_in_training_only():
     torch.manual_seed(0)
     sizes = dict(embedding_dim=8, d_model=8, num_layers=1, dropout=0.0)
