@@ -1167,6 +1167,14 @@ over the seeds on this 2-core machine.
   kept best weights): dev ROC AUC moved by -0.0003 to +0.0003 (0.8162, 0.8135, 0.8034,
   0.8157, 0.8199 to 0.8165, 0.8134, 0.8031, 0.8159, 0.8198), so the preset does not use it;
   their test scores with it were not computed.
+  Screened later on HIV scaffold, seed 1729, against the preset's best dev there (0.8162),
+  each lower and not taken: a head of 512 units (`--head-size 512`, the head512 rows: 0.8114);
+  `--class-weight balanced` (0.7980; a run outside the ledger); and an exponential moving
+  average of the weights (decay 0.999, about two epochs' steps; a throwaway change to the
+  script, not a flag, outside the ledger: 0.7904 at epoch 4 of 24). The averaged weights' dev
+  score rose smoothly to 0.790 and fell, while the preset's own moves by up to 0.027 from one
+  epoch to the next (0.7900, 0.8162, 0.7891 at epochs 6 to 8): a best-epoch dev figure here
+  holds that swing.
 - "within noise" means the means differ by less than two standard errors of
   their difference.
 - a dash for dev or minutes: the run was recorded from an earlier report, whose
