@@ -687,6 +687,10 @@ def dataset_section(name, runs, done, ledger):
             r.recipe for r in cell if r.model == "network" and r.recipe != "default"
         ):
             gain, seeds = dev_gain(devs[f"network, {recipe}"], devs.get("network", {}), higher)
+            base = preset_base(recipe)
+            preset_gain, preset_seeds = dev_gain(
+                devs[f"network, {recipe}"], devs.get(f"network, {base}", {}), higher
+            )
             if gain is not None:
                 dev_gains.append(
                     DevGain(
@@ -696,6 +700,8 @@ def dataset_section(name, runs, done, ledger):
                         len(seeds),
                         minutes.get(f"network, {recipe}"),
                         minutes.get("network"),
+                        preset_gain if base else None,
+                        len(preset_seeds),
                     )
                 )
     return (
@@ -907,6 +913,20 @@ def dev_gain(recipe, default, higher_is_better):
     ), seeds
 
 
+def preset_base(recipe):
+    """The preset recipe that `recipe` adds flags to, or None: such a variant is judged against
+    the preset, the recipe it would replace, not against the defaults alone."""
+    flags = RECIPES[recipe]
+    return next(
+        (
+            base
+            for base in PRESET_RECIPES.values()
+            if base != recipe and flags[: len(RECIPES[base])] == RECIPES[base]
+        ),
+        None,
+    )
+
+
 def _dev_gain_text(recipe, default, higher_is_better):
     gain, seeds = dev_gain(recipe, default, higher_is_better)
     return (
@@ -925,6 +945,8 @@ class DevGain(NamedTuple):
     seeds: int  # how many seeds both ran
     minutes: float | None  # the recipe's median minutes per run
     default_minutes: float | None
+    preset_gain: float | None = None  # for a preset's variant: its gain over the preset
+    preset_seeds: int = 0
 
     def text(self):
         cost = (
@@ -932,7 +954,16 @@ class DevGain(NamedTuple):
             if self.minutes is not None and self.default_minutes is not None
             else ""
         )
-        return f"{self.where} {self.gain:+.3f} ({self.seeds} seed{_plural(self.seeds)}{cost})"
+        against_preset = (
+            f", against the preset {self.preset_gain:+.3f} ({self.preset_seeds} "
+            f"seed{_plural(self.preset_seeds)})"
+            if self.preset_gain is not None
+            else ""
+        )
+        return (
+            f"{self.where} {self.gain:+.3f} ({self.seeds} seed{_plural(self.seeds)}{cost})"
+            f"{against_preset}"
+        )
 
 
 def defaults_section(dev_gains, datasets):
@@ -943,25 +974,30 @@ def defaults_section(dev_gains, datasets):
         "",
         "Each recipe's mean dev score minus the default network's, on the seeds both ran "
         "(positive: better; RMSE's sign turned), where both have dev scores in the ledger, and "
-        "the median minutes a run of each. Test scores play no part.",
+        "the median minutes a run of each; a recipe that adds flags to a preset's recipe, also "
+        "its gain over that recipe, which it must beat too. Test scores play no part.",
         "",
     ]
     for recipe in dict.fromkeys(gain.recipe for gain in dev_gains):
         cells = [gain for gain in dev_gains if gain.recipe == recipe]
         worse = [cell.where for cell in cells if cell.gain < 0]
+        below_preset = [
+            cell.where for cell in cells if cell.preset_gain is not None and cell.preset_gain < 0
+        ]
         planned = sum(
             len(GRID[name]["splits"])
             for name in datasets
             if not (recipe in CLASSIFICATION_RECIPES and GRID[name].get("regression"))
         )
-        choice = (
-            f"lowers dev on {', '.join(worse)}: stays a flag"
-            if worse
-            else (
+        if worse:
+            choice = f"lowers dev on {', '.join(worse)}: stays a flag"
+        elif below_preset:
+            choice = f"lowers dev against the preset on {', '.join(below_preset)}: stays a flag"
+        else:
+            choice = (
                 f"raises dev wherever compared ({len(cells)} of the grid's {planned} splits): "
                 "a candidate for the default"
             )
-        )
         lines.append(
             f"- **{recipe}** (`{' '.join(RECIPES[recipe])}`): "
             f"{', '.join(cell.text() for cell in cells)}. "

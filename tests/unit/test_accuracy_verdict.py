@@ -194,3 +194,19 @@ def test_the_pick_meets_a_chemprop_short_of_seeds_on_the_seeds_both_ran(report):
         "| 0.790 (1 seed) | network better by 0.060 (one chemprop figure: "
         "the noise leaves out its spread) |"
     )
+
+
+def test_a_variant_of_the_preset_must_beat_the_preset_on_dev_too(report):
+    preset = report.PRESET_RECIPES["accurate"]
+    variant = "pretrained-rdkit2dfull-morgan-head512-augment-long"
+    assert report.preset_base(variant) == preset
+    assert report.preset_base(preset) is None and report.preset_base("large") is None
+    above_defaults = dict(gain=0.004, seeds=1, minutes=24.2, default_minutes=5.3)
+    below_preset = report.DevGain(variant, "HIV scaffold 80/10/10", **above_defaults,
+                                  preset_gain=-0.005, preset_seeds=1)  # fmt: skip
+    assert ", against the preset -0.005 (1 seed)" in below_preset.text()
+    text = "\n".join(report.defaults_section([below_preset], ["HIV"]))
+    assert "lowers dev against the preset on HIV scaffold 80/10/10: stays a flag" in text
+    above_preset = below_preset._replace(preset_gain=0.002)
+    text = "\n".join(report.defaults_section([above_preset], ["HIV"]))
+    assert "a candidate for the default" in text and "stays a flag" not in text
