@@ -1,6 +1,6 @@
 """Pretrain the SMILES encoder with DDP on a large corpus, to fine-tune the classifiers from.
 
-    python scripts/prepare_data.py MOSES_train.csv.gz --output-dir data/moses_train
+    python scripts/prepare_data.py dataset/MOSES_train.csv.gz --output-dir data/moses_train
     torchrun --standalone --nproc-per-node 2 scripts/pretrain_ddp.py data/moses_train \\
         --max-steps 50 --output-dir runs/pretrain/try
     torchrun --standalone --nproc-per-node 2 scripts/basic_neural_network_ddp.py \\
@@ -49,7 +49,7 @@ from partorch.ddp.distributed import assert_same_on_all_ranks, unique_memory_byt
 from partorch.ddp.files import atomic_write_json
 from partorch.ddp.preemption import Preemption
 from partorch.molecules import pretraining as mlm
-from partorch.molecules.flags import add_rnn_flags
+from partorch.molecules.flags import add_encoder_flags
 from partorch.molecules.prepared import (
     PreparedCorpus,
     PreparedDataset,
@@ -76,7 +76,7 @@ def build_parser():
         "--eval-molecules molecules kept out of the corpus's training")
     add("--eval-molecules", type=FlagParser.positive(int), default=2000,
         help="held-out molecules rank 0 scores (a bound on its time)")
-    add_rnn_flags(model)
+    add_encoder_flags(model)
     add = training.add_argument
     positive_int = FlagParser.positive(int)
     add("--epochs", type=positive_int, default=1, help="passes over the corpus")

@@ -16,7 +16,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
     """The docstring as written, and `(default: X)` after the help of every flag that has one."""
 
     def _get_help_string(self, action):
-        if action.default in (None, False) or "default" in (action.help or ""):
+        # `is`, not `in (None, False)`: 0 == False, and a default of 0 is worth showing
+        if action.default is None or action.default is False or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 

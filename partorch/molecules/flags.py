@@ -118,7 +118,8 @@ def add_molecule_flags(data, model=None):
         "rdkit2d-full+morgan (both); saved with the model for scripts/predict.py",
     )
     if model is not None:
-        add_rnn_flags(model)
+        add_encoder_flags(model)
+        add_head_flags(model)
         model.add_argument(
             "--init-from",
             metavar="FOLDER",
@@ -145,8 +146,9 @@ def add_split_flags(data):
         "--task",
         choices=TASK_KINDS,
         default="auto",
-        help="classification (0/1 labels, ROC AUC), regression (RMSE), or auto: classification "
-        "when every label is 0 or 1",
+        help="classification (0/1 labels, ROC AUC), multiclass (one column of 3 to 20 whole "
+        "numbers, softmax), regression (RMSE), or auto: classification when every label is 0 or "
+        "1, multiclass for such a column, regression otherwise",
     )
     add(
         "--smiles-form",
@@ -180,7 +182,8 @@ def add_split_flags(data):
     )
 
 
-def add_rnn_flags(model):
+def add_encoder_flags(model):
+    """The embedding and LSTM's sizes: what a classifier and a pretraining run share."""
     add = model.add_argument
     add("--embedding-dim", type=FlagParser.positive(int), default=128, help="token embedding size")
     add("--d-model", type=FlagParser.positive(int), default=64, help="hidden size")
@@ -197,6 +200,11 @@ def add_rnn_flags(model):
         default=0.2,
         help="dropout between layers and in the head",
     )
+
+
+def add_head_flags(model):
+    """The classifier's head, which pretraining replaces with its own."""
+    add = model.add_argument
     add(
         "--head-size",
         type=FlagParser.positive(int),

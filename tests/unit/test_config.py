@@ -1,7 +1,7 @@
 """--config FILE: values through each flag's own type and choices, the command line winning,
 positionals from the file, and one error line naming the file and the key."""
 
-from helpers import DDP, parser_of
+from helpers import DDP, PRETRAIN, parser_of
 import pytest
 import yaml
 
@@ -109,3 +109,18 @@ def test_an_unknown_preset_or_a_preset_naming_no_flag_is_one_error(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["data.csv", "--preset", "broken"])
     assert "--preset broken: unknown key 'no-such-flag'" in capsys.readouterr().err
+
+
+def test_help_shows_a_default_of_zero_and_hides_only_none_and_false():
+    text = " ".join(parser_of(DDP).format_help().split())
+    assert "DataLoader worker processes (default: 0)" in text  # 0 == False, yet it is shown
+    assert "up to --lr (a fraction is fine) (default: 0.0)" in text  # --warmup-epochs
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_pretraining_offers_the_encoder_s_flags_and_not_the_classifier_head_s():
+    pretrain, classifier = parser_of(PRETRAIN).format_help(), parser_of(DDP).format_help()
+    for flag in ("--embedding-dim", "--d-model", "--num-layers", "--bidirectional", "--dropout"):
+        assert flag in pretrain and flag in classifier
+    for flag in ("--head-size", "--feature-dropout"):  # its head is the objective's own
+        assert flag not in pretrain and flag in classifier
