@@ -687,10 +687,7 @@ def dataset_section(name, runs, done, ledger):
             r.recipe for r in cell if r.model == "network" and r.recipe != "default"
         ):
             gain, seeds = dev_gain(devs[f"network, {recipe}"], devs.get("network", {}), higher)
-            base = preset_base(recipe)
-            preset_gain, preset_seeds = dev_gain(
-                devs[f"network, {recipe}"], devs.get(f"network, {base}", {}), higher
-            )
+            preset_gain, preset_seeds = gain_over_preset(recipe, devs, higher)
             if gain is not None:
                 dev_gains.append(
                     DevGain(
@@ -700,7 +697,7 @@ def dataset_section(name, runs, done, ledger):
                         len(seeds),
                         minutes.get(f"network, {recipe}"),
                         minutes.get("network"),
-                        preset_gain if base else None,
+                        preset_gain,
                         len(preset_seeds),
                     )
                 )
@@ -925,6 +922,15 @@ def preset_base(recipe):
         ),
         None,
     )
+
+
+def gain_over_preset(recipe, devs, higher_is_better):
+    """dev_gain of `recipe` over the preset recipe it adds flags to; (None, []) for a recipe
+    that is no preset's variant."""
+    base = preset_base(recipe)
+    if base is None:
+        return None, []
+    return dev_gain(devs[f"network, {recipe}"], devs.get(f"network, {base}", {}), higher_is_better)
 
 
 def _dev_gain_text(recipe, default, higher_is_better):
