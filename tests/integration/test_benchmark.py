@@ -217,6 +217,19 @@ def test_the_large_case_adds_hiv_ten_times_over_after_hiv(tmp_path, monkeypatch)
     assert copy[0] == "smiles,HIV_active" and copy[1:] == ["CCO,0", "CCN,1"] * 10
 
 
+def test_the_mfu_target_judges_one_thread_a_process_and_not_one_process_on_every_core(
+    monkeypatch,
+):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    large_data = load_module(BENCHMARKS / "large_data.py")
+    speed = dict(procs=2, threads=1, mfu=0.59)
+    assert large_data.mfu_line(speed) == "- MFU, 2 x 1: 59.0 % (target 60 %): **not met**."
+    assert large_data.mfu_line({**speed, "mfu": 0.61}).endswith("(target 60 %): met.")
+    alone_on_every_core = large_data.mfu_line(dict(procs=1, threads=2, mfu=0.51))
+    assert alone_on_every_core.startswith("- MFU, 1 x 2: 51.0 % (one process on every core")
+    assert "target" not in alone_on_every_core.replace("no target", "")
+
+
 @pytest.mark.timeout(400)
 def test_the_objective_comparison_pretrains_and_fine_tunes_on_a_tiny_setting(
     tmp_path, bbbp_path, bbbp_subset
