@@ -200,9 +200,9 @@ RECIPES["pretrained-rdkit2dfull-morgan-lr3e-4-augment-long"] = [
     "--lr",
     "3e-4",
 ]
-# the preset with batches drawn at random instead of by length: a length bucket gathers
-# molecules of one size, and HIV's actives are longer than most (7.3 % of the longest fifth of
-# SMILES, 2.1 % of the shortest), so a bucket's batches hold few or many of them
+# the preset with batches drawn at random instead of by length: HIV's actives are longer than
+# most (7.3 % of the longest fifth of SMILES, 2.1 % of the shortest), so a length's batches
+# hold few or many of them
 RECIPES["pretrained-rdkit2dfull-morgan-random-augment-long"] = [
     *RECIPES["pretrained-rdkit2dfull-morgan-augment-long"],
     "--sampler",
@@ -1228,9 +1228,13 @@ over the seeds on this 2-core machine.
   each lower and not taken: a head of 512 units (`--head-size 512`, the head512 rows: 0.8114);
   a third of the learning rate (`--lr 3e-4`, the lr3e-4 rows: 0.8085, its dev score swinging
   as much: 0.8085, 0.7942, 0.8039, 0.7742 at epochs 7 to 10);
-  `--class-weight balanced` (0.7980; a run outside the ledger); and an exponential moving
-  average of the weights (decay 0.999, about two epochs' steps; a throwaway change to the
-  script, not a flag, outside the ledger: 0.7904 at epoch 4 of 24). The averaged weights' dev
+  batches drawn at random in place of batches of one length (`--sampler random`, the random
+  rows: 0.7926 at epoch 6 of 26, on another CPU; HIV's actives are 7.3 % of the longest fifth
+  of its SMILES and 2.1 % of the shortest, so a length's batches hold few or many of them, and
+  that is not what holds the preset back); `--class-weight balanced` (0.7980; a run outside
+  the ledger); and an exponential moving average of the weights (decay 0.999, about two
+  epochs' steps; a throwaway change to the script, not a flag, outside the ledger: 0.7904 at
+  epoch 4 of 24). The averaged weights' dev
   score rose smoothly to 0.790 and fell, while the preset's own moves by up to 0.027 from one
   epoch to the next (0.7900, 0.8162, 0.7891 at epochs 6 to 8): a best-epoch dev figure here
   holds that swing.
