@@ -149,6 +149,12 @@ def _with_features(recipe, kind):
     return [kind if flag == "rdkit2d" else flag for flag in RECIPES[recipe]]
 
 
+def _variant(recipe, *flags):
+    """`recipe`'s flags followed by `flags`: a recipe screened against the one it extends (the
+    report finds that base again with preset_base)."""
+    return [*RECIPES[recipe], *flags]
+
+
 # the levers that raised dev, with the forest's own input (Morgan counts) for the descriptors:
 # for SIDER, where the forest on Morgan bits leads
 RECIPES["pretrained-morgan-augment-long"] = _with_features(
@@ -161,26 +167,18 @@ RECIPES["pretrained-rdkit2d-morgan-augment-long"] = _with_features(
 # the preset with each computed feature zeroed half the time in training: on HIV the preset's
 # dev score peaks at epoch 2 or 3 while its training loss keeps falling (the head learns the
 # training molecules by their rare Morgan environments)
-RECIPES["pretrained-rdkit2d-morgan-fdrop-augment-long"] = [
-    *RECIPES["pretrained-rdkit2d-morgan-augment-long"],
-    "--feature-dropout",
-    "0.5",
-]
+RECIPES["pretrained-rdkit2d-morgan-fdrop-augment-long"] = _variant(
+    "pretrained-rdkit2d-morgan-augment-long", "--feature-dropout", "0.5"
+)
 # the preset fine-tuned more gently, and with stronger weight decay: on HIV and Lipophilicity its
 # best dev epoch comes within the first 3 to 11 of 100, the encoder and head fitting the training
 # molecules long before augmentation has shown them many writings
-RECIPES["pretrained-rdkit2d-morgan-cosine3e-4-augment-long"] = [
-    *RECIPES["pretrained-rdkit2d-morgan-augment-long"],
-    "--lr",
-    "3e-4",
-    "--lr-schedule",
-    "cosine",
-]
-RECIPES["pretrained-rdkit2d-morgan-wd5e-2-augment-long"] = [
-    *RECIPES["pretrained-rdkit2d-morgan-augment-long"],
-    "--weight-decay",
-    "0.05",
-]
+RECIPES["pretrained-rdkit2d-morgan-cosine3e-4-augment-long"] = _variant(
+    "pretrained-rdkit2d-morgan-augment-long", "--lr", "3e-4", "--lr-schedule", "cosine"
+)
+RECIPES["pretrained-rdkit2d-morgan-wd5e-2-augment-long"] = _variant(
+    "pretrained-rdkit2d-morgan-augment-long", "--weight-decay", "0.05"
+)
 # the preset with every RDKit 2D descriptor (about 200, as chemprop's rdkit_2d generator) in
 # place of its 15
 RECIPES["pretrained-rdkit2dfull-morgan-augment-long"] = _with_features(
@@ -188,33 +186,25 @@ RECIPES["pretrained-rdkit2dfull-morgan-augment-long"] = _with_features(
 )
 # the preset with a head 8 times as wide: its hidden layer (the encoder's 64 units) reads the
 # 128-wide encoding and 2,265 features, where the forest splits on any of 2,048 bits
-RECIPES["pretrained-rdkit2dfull-morgan-head512-augment-long"] = [
-    *RECIPES["pretrained-rdkit2dfull-morgan-augment-long"],
-    "--head-size",
-    "512",
-]
+RECIPES["pretrained-rdkit2dfull-morgan-head512-augment-long"] = _variant(
+    "pretrained-rdkit2dfull-morgan-augment-long", "--head-size", "512"
+)
 # the preset at a third of its learning rate: on HIV scaffold its dev score swings by up to
 # 0.027 from one epoch to the next, and its best epoch is one of those swings
-RECIPES["pretrained-rdkit2dfull-morgan-lr3e-4-augment-long"] = [
-    *RECIPES["pretrained-rdkit2dfull-morgan-augment-long"],
-    "--lr",
-    "3e-4",
-]
+RECIPES["pretrained-rdkit2dfull-morgan-lr3e-4-augment-long"] = _variant(
+    "pretrained-rdkit2dfull-morgan-augment-long", "--lr", "3e-4"
+)
 # the preset with batches drawn at random instead of by length: HIV's actives are longer than
 # most (7.3 % of the longest fifth of SMILES, 2.1 % of the shortest), so a length's batches
 # hold few or many of them
-RECIPES["pretrained-rdkit2dfull-morgan-random-augment-long"] = [
-    *RECIPES["pretrained-rdkit2dfull-morgan-augment-long"],
-    "--sampler",
-    "random",
-]
+RECIPES["pretrained-rdkit2dfull-morgan-random-augment-long"] = _variant(
+    "pretrained-rdkit2dfull-morgan-augment-long", "--sampler", "random"
+)
 # the preset with batches 4 times as large (same learning rate): a quarter of the steps, each
 # gradient averaged over 4 times the molecules, against the dev score's swing between epochs
-RECIPES["pretrained-rdkit2dfull-morgan-batch256-augment-long"] = [
-    *RECIPES["pretrained-rdkit2dfull-morgan-augment-long"],
-    "--batch-size",
-    "256",
-]
+RECIPES["pretrained-rdkit2dfull-morgan-batch256-augment-long"] = _variant(
+    "pretrained-rdkit2dfull-morgan-augment-long", "--batch-size", "256"
+)
 CLASSIFICATION_RECIPES = {"large-weighted"}  # planned on classification data sets only
 # The training scripts' --preset NAME is this recipe (a test keeps their flags the same): the
 # recipe's rows are the preset's figures. Chosen by mean dev score, never test's.
@@ -1241,10 +1231,9 @@ over the seeds on this 2-core machine.
   that is not what holds the preset back); a global batch of 256 in place of 64 at the same
   rate (`--batch-size 256`, the batch256 rows: 0.8012 at epoch 10 of 30, on that CPU, its dev
   score swinging as much: 0.8012, 0.8002, 0.7965, 0.7661 at epochs 10 to 13);
-  `--class-weight balanced` (0.7980; a run outside
-  the ledger); and an exponential moving average of the weights (decay 0.999, about two
-  epochs' steps; a throwaway change to the script, not a flag, outside the ledger: 0.7904 at
-  epoch 4 of 24). The averaged weights' dev
+  `--class-weight balanced` (0.7980; a run outside the ledger); and an exponential moving
+  average of the weights (decay 0.999, about two epochs' steps; a throwaway change to the
+  script, not a flag, outside the ledger: 0.7904 at epoch 4 of 24). The averaged weights' dev
   score rose smoothly to 0.790 and fell, while the preset's own moves by up to 0.027 from one
   epoch to the next (0.7900, 0.8162, 0.7891 at epochs 6 to 8): a best-epoch dev figure here
   holds that swing.
