@@ -1250,11 +1250,12 @@ over the seeds on this 2-core machine.
   epoch to the next (0.7900, 0.8162, 0.7891 at epochs 6 to 8): a best-epoch dev figure here
   holds that swing.
   Then, on the same split: the preset without its Morgan counts (`--extra-features
-  rdkit2d-full`, the pretrained-rdkit2dfull rows: 0.8029 at epoch 7 of 27, lower); and with 500
-  times its weight decay (`--weight-decay 0.05`, the wd5e-2 rows of the preset's base:
-  0.8203, 0.8131 and 0.8095 on seeds 1729, 1 and 2, against the preset's 0.8162, 0.8135 and
-  0.8034: a mean 0.003 higher, within the spread of the preset's seeds (0.006), so level; a
-  change of preset needs every set's runs, and these were not made).
+  rdkit2d-full`, the pretrained-rdkit2dfull-augment-long rows: 0.8029 at epoch 7 of 27, lower);
+  and with 500 times its weight decay (`--weight-decay 0.05`, the
+  pretrained-rdkit2dfull-morgan-wd5e-2-augment-long rows: 0.8203, 0.8131 and 0.8095 on seeds
+  1729, 1 and 2, against the preset's 0.8162, 0.8135 and 0.8034: a mean 0.003 higher, within
+  the spread of the preset's seeds (0.006), so level; a change of preset needs every set's runs,
+  and these were not made).
   Where the forest's lead on this split comes from: a network given the forest's own input
   (`examples/fingerprint_mlp_ddp.py`, 2,048 Morgan bits into two layers of 512; a run outside
   the ledger, on the same split, checked by its digest) scored 0.737 on dev (test 0.686),
