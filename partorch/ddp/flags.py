@@ -127,6 +127,10 @@ class FlagParser(argparse.ArgumentParser):
             self.error(f"{flag} needs --output-dir, the folder of the run to continue")
         if resume == "latest" and getattr(parsed, "output_dir", None) is not None:
             self.error("--resume latest finds the folder itself: drop --output-dir")
+        if getattr(parsed, "init_from", None) is None:  # these would do nothing, silently
+            for name, default in (("freeze_pretrained_epochs", 0), ("pretrained_lr_scale", 1)):
+                if getattr(parsed, name, default) != default:
+                    self.error(f"--{name.replace('_', '-')} needs --init-from, a pretrained start")
         if getattr(parsed, "amp", None) == "fp16" and not torch.cuda.is_available():
             self.error("--amp fp16 needs a CUDA GPU; on CPU use --amp bf16")
         return parsed

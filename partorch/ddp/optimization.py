@@ -38,6 +38,13 @@ def add_flags(group):
         "new layers (pretrain_ddp.py has nothing to freeze)",
     )
     add(
+        "--pretrained-lr-scale",
+        type=FlagParser.positive(float),
+        default=1.0,
+        help="with a pretrained start: the pretrained layers' learning rate as a fraction of "
+        "--lr (0.1: ten times lower than the new layers'; the same schedule for both)",
+    )
+    add(
         "--clip-grad-norm",
         type=FlagParser.positive(float),
         help="largest norm of a step's gradient (off by default)",
@@ -48,9 +55,13 @@ def lr_schedule(optimizer, args, steps_per_epoch, total_steps=None):
     """A LambdaLR on `optimizer` from the flags of `add_flags` and --epochs (or `total_steps`,
     where a run stops sooner); call its step() after every optimizer step. With
     --freeze-pretrained-epochs, the parameters a model marked `pretrained` (see
-    `mark_pretrained`) stay as loaded for that many epochs."""
+    `mark_pretrained`) stay as loaded for that many epochs; with --pretrained-lr-scale they
+    move to a group of their own at that fraction of the rate (see `_pretrained_group`)."""
     if args.lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"unknown schedule {args.lr_schedule!r}: choose one of {LR_SCHEDULES}")
+    scale = getattr(args, "pretrained_lr_scale", 1.0)
+    if scale != 1.0:  # before LambdaLR: it takes each group's rate as its base
+        _pretrained_group(optimizer, scale)
     warmup = round(args.warmup_epochs * steps_per_epoch)
     total = total_steps or args.epochs * steps_per_epoch
     scheduler = LambdaLR(optimizer, _Factor(args.lr_schedule, warmup, total))
@@ -64,6 +75,17 @@ def mark_pretrained(parameters):
     """Mark parameters loaded from a pretrained model, for --freeze-pretrained-epochs."""
     for parameter in parameters:
         parameter.pretrained = True
+
+
+def _pretrained_group(optimizer, scale):
+    """Move the pretrained parameters out of the optimizer's one group into a group of their own
+    at `scale` times its rate, before the first step. Why: a lower rate for the encoder keeps
+    more of what pretraining learnt while the new head, at the full rate, catches up. A resumed
+    run builds the same two groups, so the snapshot's optimizer state loads into them."""
+    (group,) = optimizer.param_groups
+    pretrained = [p for p in group["params"] if getattr(p, "pretrained", False)]
+    group["params"] = [p for p in group["params"] if not getattr(p, "pretrained", False)]
+    optimizer.add_param_group({"params": pretrained, "lr": group["lr"] * scale})
 
 
 class _Freeze:

@@ -18,6 +18,7 @@ from helpers import (
 )
 import pandas as pd
 import pytest
+import yaml
 
 from partorch.ddp.checkpoint import load_state
 
@@ -130,9 +131,13 @@ def test_fine_tuning_from_the_encoder_takes_its_weights_sizes_and_vocabulary(
     encoder, bbbp_subset, tmp_path
 ):
     out = tmp_path / "fine"
-    flags = [*FAST_FLAGS, "--freeze-pretrained-epochs", "1", "--output-dir", out]
-    result = run_script([DDP, bbbp_subset, "--init-from", encoder, *flags], nproc=2)
+    flags = [*FAST_FLAGS, "--freeze-pretrained-epochs", "1", "--pretrained-lr-scale", "0.1"]
+    result = run_script(
+        [DDP, bbbp_subset, "--init-from", encoder, *flags, "--output-dir", out], nproc=2
+    )
     assert result.returncode == 0, result.stderr[-3000:]
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert (config["freeze-pretrained-epochs"], config["pretrained-lr-scale"]) == (1, 0.1)
     assert len(final_lines(result.stdout)) == 1
     assert "molecules hold tokens the pretrained encoder never saw" in result.stderr
     model = json.loads((out / "hparams.json").read_text())["model"]

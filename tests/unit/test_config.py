@@ -111,6 +111,16 @@ def test_an_unknown_preset_or_a_preset_naming_no_flag_is_one_error(capsys):
     assert "--preset broken: unknown key 'no-such-flag'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--freeze-pretrained-epochs", "--pretrained-lr-scale"])
+def test_a_flag_for_a_pretrained_start_without_one_is_one_error(flag, capsys):
+    for script in (DDP, PRETRAIN):  # pretraining starts from nothing pretrained
+        with pytest.raises(SystemExit):
+            parser_of(script).parse_args(["data.csv", flag, "0.5"])
+        assert f"{flag} needs --init-from, a pretrained start" in capsys.readouterr().err
+    args = parser_of(DDP).parse_args(["data.csv", flag, "0.5", "--init-from", "encoder"])
+    assert vars(args)[flag[2:].replace("-", "_")] == 0.5
+
+
 def test_help_shows_a_default_of_zero_and_hides_only_none_and_false():
     text = " ".join(parser_of(DDP).format_help().split())
     assert "DataLoader worker processes (default: 0)" in text  # 0 == False, yet it is shown

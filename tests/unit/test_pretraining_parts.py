@@ -3,6 +3,7 @@ reads, the encoder's weights carried into a classifier (and a vocabulary that do
 them refused), and the pretrained weights held still for the first epochs of fine-tuning."""
 
 from argparse import Namespace
+import math
 
 import pytest
 import torch
@@ -101,6 +102,50 @@ def test_the_pretrained_weights_stay_put_for_the_frozen_epochs_then_train():
     assert not torch.equal(state["head.0.weight"], start["head.0.weight"])
     step()
     assert not torch.equal(model.state_dict()["lstm.weight_ih_l0"], start["lstm.weight_ih_l0"])
+
+
+def _scaled_run(schedule, warmup_epochs):
+    """A model whose LSTM is marked pretrained, its optimizer and schedule at a tenth of the
+    rate for the LSTM."""
+    model = RNNPredictor(6, **SIZES)
+    optimization.mark_pretrained(model.lstm.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.0)
+    args = Namespace(
+        lr_schedule=schedule, warmup_epochs=warmup_epochs, epochs=3, pretrained_lr_scale=0.1
+    )
+    return model, optimizer, optimization.lr_schedule(optimizer, args, steps_per_epoch=2)
+
+
+def test_the_pretrained_layers_take_steps_a_tenth_the_size_of_the_new_layers():
+    model, optimizer, _ = _scaled_run("constant", 0)
+    new, pretrained = optimizer.param_groups
+    assert {id(p) for p in pretrained["params"]} == {id(p) for p in model.lstm.parameters()}
+    assert len(new["params"]) + len(pretrained["params"]) == len(list(model.parameters()))
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    model(torch.randint(1, 6, (4, 7)), torch.full((4,), 7)).sum().backward()
+    optimizer.step()  # Adam's first step moves each weight with a gradient by about its rate
+    moved = {k: (v - start[k]).abs().max().item() for k, v in model.state_dict().items()}
+    assert 0.009 < moved["head.0.weight"] <= 0.0101
+    assert 0.0009 < moved["lstm.weight_ih_l0"] <= 0.00101
+
+
+def test_the_two_rates_keep_their_ratio_through_the_schedule_and_a_resume():
+    model, optimizer, scheduler = _scaled_run("cosine", 1)
+    tokens, lengths = torch.randint(1, 6, (4, 7)), torch.full((4,), 7)
+    rates = []
+    for _ in range(4):  # 2 steps of warmup, then the cosine over the other 4 of 6
+        rates.append([group["lr"] for group in optimizer.param_groups])
+        model(tokens, lengths).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+    cosine = 0.005 * (1 + math.cos(math.pi / 4))
+    assert [new for new, _ in rates] == pytest.approx([0.005, 0.01, 0.01, cosine])
+    assert [pretrained for _, pretrained in rates] == pytest.approx([0.1 * n for n, _ in rates])
+    _, resumed, resumed_schedule = _scaled_run("cosine", 1)  # built as a resumed run builds it
+    resumed.load_state_dict(optimizer.state_dict())
+    resumed_schedule.load_state_dict(scheduler.state_dict())
+    assert [g["lr"] for g in resumed.param_groups] == [g["lr"] for g in optimizer.param_groups]
 
 
 def test_the_pretraining_vocabulary_ends_with_mask_and_no_smiles_holds_it():
