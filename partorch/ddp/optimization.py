@@ -72,7 +72,8 @@ def lr_schedule(optimizer, args, steps_per_epoch, total_steps=None):
 
 
 def mark_pretrained(parameters):
-    """Mark parameters loaded from a pretrained model, for --freeze-pretrained-epochs."""
+    """Mark parameters loaded from a pretrained model, for --freeze-pretrained-epochs and
+    --pretrained-lr-scale."""
     for parameter in parameters:
         parameter.pretrained = True
 

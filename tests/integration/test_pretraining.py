@@ -8,6 +8,7 @@ import json
 from helpers import (
     DDP,
     FAST_FLAGS,
+    FAULT_TOLERANT,
     ROOT,
     SINGLE,
     error_lines,
@@ -18,6 +19,7 @@ from helpers import (
 )
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from partorch.ddp.checkpoint import load_state
@@ -145,6 +147,29 @@ def test_fine_tuning_from_the_encoder_takes_its_weights_sizes_and_vocabulary(
     pretrained = json.loads((encoder / "tokenizer.json").read_text())["tokens"]
     tokens = json.loads((out / "tokenizer.json").read_text())["tokens"]
     assert tokens[: len(pretrained)] == pretrained
+
+
+@pytest.mark.timeout(400)
+def test_a_fine_tuning_run_at_two_rates_resumed_after_sigterm_ends_as_an_unbroken_one(
+    encoder, bbbp_subset, tmp_path
+):
+    """The optimizer's second group (the encoder's rate) is built again on resume, so the
+    snapshot's Adam moments load into it and the run goes on exactly."""
+    flags = [*with_flag(FAST_FLAGS, "--batch-size", 8), "--threads", "1", "--resume", "auto"]
+    flags += ["--init-from", encoder, "--pretrained-lr-scale", "0.1"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    done = run_script([FAULT_TOLERANT, bbbp_subset, *flags, "--output-dir", whole], nproc=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    command = [SIGTERM_AT_STEP, FAULT_TOLERANT, bbbp_subset, *flags, "--output-dir", stopped]
+    molecules = json.loads((whole / "metrics.json").read_text())["history"][0]["molecules"]
+    inside_epoch_2 = molecules // 8 + 3  # steps of one rank's batches of 8, and 3 more
+    first = run_script(command, nproc=2, env={"SIGTERM_AT_STEP": str(inside_epoch_2)})
+    assert first.returncode != 0 and not (stopped / "metrics.json").exists()
+    assert load_state(stopped / "checkpoints" / "last.pt")["state"]["paused"]["epoch"] == 2
+    again = run_script(command, nproc=2, env={"SIGTERM_AT_STEP": "0"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    got, want = (load_state(folder / "best_model.pt") for folder in (stopped, whole))
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_a_vocabulary_that_cannot_extend_the_encoder_s_is_one_clear_error(encoder, bbbp_subset):
