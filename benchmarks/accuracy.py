@@ -184,44 +184,42 @@ RECIPES["pretrained-rdkit2d-morgan-wd5e-2-augment-long"] = _variant(
 RECIPES["pretrained-rdkit2dfull-morgan-augment-long"] = _with_features(
     "pretrained-features-augment-long", "rdkit2d-full+morgan"
 )
-# the preset with a head 8 times as wide: its hidden layer (the encoder's 64 units) reads the
-# 128-wide encoding and 2,265 features, where the forest splits on any of 2,048 bits
-RECIPES["pretrained-rdkit2dfull-morgan-head512-augment-long"] = _variant(
-    "pretrained-rdkit2dfull-morgan-augment-long", "--head-size", "512"
-)
-# the preset at a third of its learning rate: on HIV scaffold its dev score swings by up to
-# 0.027 from one epoch to the next, and its best epoch is one of those swings
-RECIPES["pretrained-rdkit2dfull-morgan-lr3e-4-augment-long"] = _variant(
-    "pretrained-rdkit2dfull-morgan-augment-long", "--lr", "3e-4"
-)
-# the preset with batches drawn at random instead of by length: HIV's actives are longer than
-# most (7.3 % of the longest fifth of SMILES, 2.1 % of the shortest), so a length's batches
-# hold few or many of them
-RECIPES["pretrained-rdkit2dfull-morgan-random-augment-long"] = _variant(
-    "pretrained-rdkit2dfull-morgan-augment-long", "--sampler", "random"
-)
-# the preset with batches 4 times as large (same learning rate): a quarter of the steps, each
-# gradient averaged over 4 times the molecules, against the dev score's swing between epochs
-RECIPES["pretrained-rdkit2dfull-morgan-batch256-augment-long"] = _variant(
-    "pretrained-rdkit2dfull-morgan-augment-long", "--batch-size", "256"
-)
-# the preset with 500 times its weight decay (AdamW's, decoupled): about 2.5 % of each weight
-# taken off an epoch on HIV, against a head that fits the training molecules within a few epochs
-# (level with its base on BBBP scaffold, where the 15-descriptor preset was screened)
-RECIPES["pretrained-rdkit2dfull-morgan-wd5e-2-augment-long"] = _variant(
-    "pretrained-rdkit2dfull-morgan-augment-long", "--weight-decay", "0.05"
-)
 # the preset without its Morgan counts: on HIV scaffold the forest reads the same environments
 # as bits and leads on dev, while the network's head can learn the training molecules by their
 # rare counts within a few epochs (its best dev epoch is the 4th to the 23rd of 100)
 RECIPES["pretrained-rdkit2dfull-augment-long"] = _with_features(
     "pretrained-features-augment-long", "rdkit2d-full"
 )
-# the preset with the encoder fine-tuned at a tenth of the head's rate (the issue's "lower rate
-# for the encoder"): on HIV scaffold the best dev epoch comes early and the dev score swings
-# between epochs, as if the first epochs at the full rate overwrote what pretraining learnt
-RECIPES["pretrained-rdkit2dfull-morgan-enclr1e-1-augment-long"] = _variant(
-    "pretrained-rdkit2dfull-morgan-augment-long", "--pretrained-lr-scale", "0.1"
+# the preset with one flag more, each screened on HIV scaffold, where the forest leads; recipe
+# pretrained-rdkit2dfull-morgan-NAME-augment-long
+PRESET_SCREENS = {
+    # a head 8 times as wide: its hidden layer (the encoder's 64 units) reads the 128-wide
+    # encoding and 2,265 features, where the forest splits on any of 2,048 bits
+    "head512": ["--head-size", "512"],
+    # a third of the learning rate: the dev score swings by up to 0.027 from one epoch to the
+    # next, and the best epoch is one of those swings
+    "lr3e-4": ["--lr", "3e-4"],
+    # batches drawn at random instead of by length: HIV's actives are longer than most (7.3 % of
+    # the longest fifth of SMILES, 2.1 % of the shortest), so a length's batches hold few or many
+    "random": ["--sampler", "random"],
+    # batches 4 times as large (same learning rate): a quarter of the steps, each gradient
+    # averaged over 4 times the molecules, against the dev score's swing between epochs
+    "batch256": ["--batch-size", "256"],
+    # 500 times the weight decay (AdamW's, decoupled): about 2.5 % of each weight taken off an
+    # epoch, against a head that fits the training molecules within a few epochs (level with its
+    # base on BBBP scaffold, where the 15-descriptor preset was screened)
+    "wd5e-2": ["--weight-decay", "0.05"],
+    # the encoder fine-tuned at a tenth of the head's rate: the best dev epoch comes early and the
+    # dev score swings, as if the first epochs at the full rate overwrote what pretraining learnt
+    "enclr1e-1": ["--pretrained-lr-scale", "0.1"],
+}
+RECIPES.update(
+    {
+        f"pretrained-rdkit2dfull-morgan-{name}-augment-long": _variant(
+            "pretrained-rdkit2dfull-morgan-augment-long", *flags
+        )
+        for name, flags in PRESET_SCREENS.items()
+    }
 )
 CLASSIFICATION_RECIPES = {"large-weighted"}  # planned on classification data sets only
 # The training scripts' --preset NAME is this recipe (a test keeps their flags the same): the
